@@ -1,0 +1,32 @@
+"""Plain GRPO (TRL's ``GRPOTrainer``) with the project's verifiable math rewards: the baseline of both papers.
+
+Toy world on CPU (no download; trains the cached toy policy for a few minutes):
+
+    python scripts/train_grpo.py
+
+A real model on GPUs (MATH levels; answers are the last \\boxed{} of the `solution` column):
+
+    accelerate launch --config_file recipes/accelerate/ddp_8gpu.yaml scripts/train_grpo.py \\
+        --model_name_or_path Qwen/Qwen3-1.7B --dataset_name DigitalLearningGmbH/MATH-lighteval \\
+        --problem_column problem --answer_column solution --answer_from_solution true \\
+        --output_dir outputs/grpo-qwen3-1.7b --bf16 true --use_vllm true --vllm_mode colocate
+
+Or from a recipe: ``--config recipes/<recipe>.yaml`` (flags given after it override the file).
+Add ``--use_peft --lora_r 64 --lora_alpha 128`` for LoRA.
+"""
+
+from __future__ import annotations
+
+from trl import GRPOConfig, GRPOTrainer
+
+from hf_meds_cliff.script_utils import parse_script_args, run_training
+
+
+def main(script_args, training_args, model_args):
+    trainer = run_training(GRPOTrainer, script_args, training_args, model_args)
+    trainer.accelerator.print(f"Model, tokenizer and metrics.jsonl written to {training_args.output_dir}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main(*parse_script_args(GRPOConfig, "grpo")).end()

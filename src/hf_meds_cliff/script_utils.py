@@ -1,0 +1,295 @@
+"""Plumbing shared by the trl-style scripts in ``scripts/`` (``train_grpo.py``, ``train_meds.py``,
+``train_cliff.py``).
+
+Every script is ``TrlParser((RLScriptArguments, <Config>, ModelConfig))`` plus :func:`run_training`.
+With no arguments a script trains on the offline toy world: :func:`parse_script_args` then prepends
+``--config <the packaged toy recipe>``, so any flag given on the command line still overrides it.
+``--model_name_or_path toy`` / ``--dataset_name toy`` select the toy model and data explicitly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trl import ModelConfig, ScriptArguments, TrlParser
+
+logger = logging.getLogger(__name__)
+
+TOY = "toy"
+"""Sentinel value of ``--model_name_or_path`` / ``--dataset_name`` for the offline toy world."""
+
+REWARD_FUNCS = ("math_answer", "overlong")
+
+
+@dataclass
+class RLScriptArguments(ScriptArguments):
+    """Script arguments shared by the training scripts (data mapping, rewards, toy world)."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub id or local path of the training dataset, or `toy` for the offline toy world "
+            "(the default when neither a model nor a dataset is given)."
+        },
+    )
+    problem_column: str = field(
+        default="problem",
+        metadata={"help": "Column holding the problem text (MATH: `problem`; DAPO-Math-17k-Processed: `prompt`)."},
+    )
+    answer_column: str = field(
+        default="answer",
+        metadata={
+            "help": "Column holding the ground truth (MATH: `solution` with `--answer_from_solution true`; "
+            "DAPO-Math-17k-Processed: `solution`; verl-style `reward_model` dicts with a `ground_truth` key work too)."
+        },
+    )
+    answer_from_solution: bool = field(
+        default=False,
+        metadata={"help": "Take the ground truth as the last \\boxed{} of `answer_column` (a worked solution)."},
+    )
+    prompt_template: str = field(
+        default="qwen_math",
+        metadata={
+            "help": "How a problem becomes a chat prompt: `qwen_math` (instruction as system message), "
+            "`qwen_math_user` (instruction appended to the user message), `plain`, or `keep` (use the "
+            "dataset's `prompt` column as it is).",
+            "choices": ["qwen_math", "qwen_math_user", "plain", "keep"],
+        },
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["math_answer"],
+        metadata={
+            "help": "Reward functions, in order: `math_answer` (1/0 from math-verify on the last \\boxed{}), "
+            "`overlong` (DAPO soft overlong penalty), or a dotted import path `pkg.module.func`. The first one "
+            "defines correctness for MEDS and Cliff."
+        },
+    )
+    overlong_buffer_length: int = field(
+        default=512, metadata={"help": "DAPO overlong buffer (tokens) for the `overlong` reward."}
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0, metadata={"help": "DAPO overlong penalty at the maximum completion length."}
+    )
+    toy_train_size: int = field(
+        default=2000, metadata={"help": "Number of toy training problems (toy world only)."}
+    )
+    toy_seed: int = field(default=0, metadata={"help": "Seed of the toy world's data and warm-up."})
+
+
+def toy_recipe_path(method: str) -> Path:
+    """The packaged CPU recipe used when a script runs without arguments."""
+    path = resources.files("hf_meds_cliff") / "recipes" / f"toy_{method}.yaml"
+    if not path.is_file():
+        raise ValueError(f"No packaged toy recipe for method={method!r} (looked for {path}).")
+    return Path(str(path))
+
+
+def build_parser(config_cls: type, *extra: type) -> TrlParser:
+    return TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
+
+
+def parse_script_args(config_cls: type, method: str, argv: Sequence[str] | None = None, extra: Sequence[type] = ()):
+    """Parse ``argv`` (default ``sys.argv[1:]``) into ``(script_args, training_args, model_args, *extra)``.
+
+    Without ``--config`` and without ``--model_name_or_path`` the packaged toy recipe for ``method`` is
+    loaded first, so ``python scripts/train_<method>.py`` alone is the CPU toy run.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
+        args = ["--config", str(toy_recipe_path(method)), *args]
+    parser = build_parser(config_cls, *extra)
+    parsed = parser.parse_args_and_config(args=args)
+    script_args, training_args, model_args = parsed[:3]
+    check_compatibility(script_args, training_args, model_args)
+    return parsed
+
+
+def check_compatibility(script_args: RLScriptArguments, training_args, model_args: ModelConfig) -> None:
+    """Reject option combinations that would fail late (or silently do the wrong thing)."""
+    import torch
+
+    half = [name for name in ("bf16", "fp16") if getattr(training_args, name, False)]
+    if half and not torch.cuda.is_available() and not _xpu_or_mps_available():
+        raise ValueError(
+            f"{'/'.join('--' + h for h in half)} is on but no GPU is available; on CPU pass `--bf16 false` "
+            "(TRL's configs default to bf16=True) or use a toy recipe."
+        )
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            "--use_vllm true needs vLLM, which is not installed: `pip install hf-meds-cliff[vllm]` (CUDA only), "
+            "or drop --use_vllm."
+        )
+    if model_args.use_peft and model_args.lora_target_modules and "lm_head" in model_args.lora_target_modules:
+        raise ValueError(
+            "LoRA on `lm_head` is not supported by TRL's fused LM head (and MEDS reads lm_head rows); "
+            "remove `lm_head` from --lora_target_modules."
+        )
+    for name in script_args.reward_funcs:
+        if name not in REWARD_FUNCS and "." not in name:
+            raise ValueError(
+                f"Unknown reward function {name!r}: use one of {list(REWARD_FUNCS)} or a dotted import path."
+            )
+    if "overlong" in script_args.reward_funcs:
+        max_len = training_args.max_completion_length
+        if not 0 < script_args.overlong_buffer_length < max_len:
+            raise ValueError(
+                f"--overlong_buffer_length {script_args.overlong_buffer_length} must be in (0, "
+                f"max_completion_length={max_len}); lower it or raise --max_completion_length."
+            )
+
+
+def _xpu_or_mps_available() -> bool:
+    import torch
+
+    return bool(getattr(torch, "xpu", None) and torch.xpu.is_available()) or torch.backends.mps.is_available()
+
+
+def is_toy(value: str | None) -> bool:
+    return value is None or value == TOY
+
+
+def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) -> str:
+    """Path or Hub id of the policy: the cached warmed-up toy policy for ``toy``/None, else as given.
+
+    A value that looks like a local path (starts with ``.``, ``/`` or ``~``) must exist.
+    """
+    name = model_args.model_name_or_path
+    if is_toy(name):
+        from .toy import warmup_toy_model
+
+        return str(warmup_toy_model(seed=script_args.toy_seed))
+    expanded = os.path.expanduser(name)
+    if name.startswith((".", "/", "~")) and not os.path.exists(expanded):
+        raise ValueError(
+            f"--model_name_or_path {name!r} looks like a local path but does not exist; pass an existing "
+            "directory written by `save_pretrained`, a Hub id such as `Qwen/Qwen3-1.7B`, or `toy`."
+        )
+    return expanded if os.path.exists(expanded) else name
+
+
+def load_tokenizer(model_path: str, model_args: ModelConfig):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_path, revision=model_args.model_revision, trust_remote_code=model_args.trust_remote_code
+    )
+    tokenizer.padding_side = "left"  # a saved tokenizer does not keep it; TRL left-pads prompts
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_train_dataset(script_args: RLScriptArguments):
+    """Training split with ``prompt`` and ``answer`` columns (see :func:`hf_meds_cliff.data.prepare_math_dataset`)."""
+    if is_toy(script_args.dataset_name):
+        from .toy import make_toy_dataset
+
+        return make_toy_dataset("train", script_args.toy_train_size, seed=script_args.toy_seed)
+    from datasets import load_dataset
+
+    from .data import prepare_math_dataset
+
+    name = script_args.dataset_name
+    if os.path.isfile(name):  # a local jsonl/json/parquet/csv file
+        suffix = Path(name).suffix.lstrip(".")
+        builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(suffix)
+        if builder is None:
+            raise ValueError(f"--dataset_name {name!r}: unsupported file type {suffix!r}; use jsonl, json, parquet or csv.")
+        dataset = load_dataset(builder, data_files={"train": name})["train"]
+    else:
+        dataset = load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
+    return prepare_math_dataset(
+        dataset,
+        problem_column=script_args.problem_column,
+        answer_column=script_args.answer_column,
+        answer_from_solution=script_args.answer_from_solution,
+        prompt_template=script_args.prompt_template,
+    )
+
+
+def build_reward_funcs(script_args: RLScriptArguments, training_args) -> list[Any]:
+    """Reward functions in the order given; the first defines correctness for MEDS and Cliff."""
+    from .rewards import MathAnswerReward, OverlongPenaltyReward
+
+    funcs = []
+    for name in script_args.reward_funcs:
+        if name == "math_answer":
+            funcs.append(MathAnswerReward())
+        elif name == "overlong":
+            funcs.append(
+                OverlongPenaltyReward(
+                    max_completion_length=training_args.max_completion_length,
+                    buffer_length=script_args.overlong_buffer_length,
+                    penalty_factor=script_args.overlong_penalty_factor,
+                )
+            )
+        else:
+            module_name, _, attr = name.rpartition(".")
+            sys.path.insert(0, os.getcwd())
+            try:
+                funcs.append(getattr(importlib.import_module(module_name), attr))
+            except (ImportError, AttributeError) as err:
+                raise ValueError(f"Could not import reward function {name!r}: {err}") from err
+    return funcs
+
+
+def build_trainer(trainer_cls: type, script_args, training_args, model_args, **trainer_kwargs):
+    """Instantiate ``trainer_cls`` (a ``GRPOTrainer`` subclass) the way TRL's own ``grpo.py`` does."""
+    from trl import get_peft_config, get_quantization_config
+
+    model_path = resolve_model_path(script_args, model_args)
+    model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": model_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
+    quantization_config = get_quantization_config(model_args)
+    if training_args.model_init_kwargs:
+        model_init_kwargs.update(training_args.model_init_kwargs)
+    training_args.model_init_kwargs = {k: v for k, v in model_init_kwargs.items() if v is not None}
+    return trainer_cls(
+        model=model_path,
+        reward_funcs=build_reward_funcs(script_args, training_args),
+        args=training_args,
+        train_dataset=load_train_dataset(script_args),
+        processing_class=load_tokenizer(model_path, model_args),
+        peft_config=get_peft_config(model_args),
+        **({"quantization_config": quantization_config} if quantization_config is not None else {}),
+        **trainer_kwargs,
+    )
+
+
+def write_metrics(trainer, output_dir: str | os.PathLike) -> Path:
+    """Write the trainer's log history as JSON lines (one logged step per line) to ``metrics.jsonl``."""
+    path = Path(output_dir) / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        for record in trainer.state.log_history:
+            handle.write(json.dumps(record) + "\n")
+    return path
+
+
+def run_training(trainer_cls: type, script_args, training_args, model_args, **trainer_kwargs):
+    """Build the trainer, train (resuming if asked), save model + tokenizer + metrics; returns the trainer.
+
+    The caller ends the run with ``trainer.end()`` once nothing else needs the other processes.
+    """
+    trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)
+    if trainer.accelerator.is_main_process:
+        write_metrics(trainer, training_args.output_dir)
+    if training_args.push_to_hub:
+        dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name
+        trainer.push_to_hub(dataset_name=dataset_name)
+    return trainer
