@@ -1,1 +1,53 @@
-"""(filled in by its module owner)."""
+"""Cliff: process rewards from the first mistake a teacher finds in an incorrect rollout.
+
+Re-exports only. Sentence splitting is imported eagerly (pure Python, used by the toy world); the
+tensor code, judging, teachers and trainer load on first attribute access, so importing this package
+pulls in neither ``trl``, ``transformers`` nor ``httpx``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .sentences import sentence_texts, split_sentences
+
+_LAZY_ATTRIBUTES = {
+    "cliff_token_advantages": "hf_meds_cliff.cliff.advantages",
+    "first_mistake_token_positions": "hf_meds_cliff.cliff.advantages",
+    "sentence_to_token_index": "hf_meds_cliff.cliff.advantages",
+    "zero_variance_groups": "hf_meds_cliff.cliff.advantages",
+    "build_judge_messages": "hf_meds_cliff.cliff.judging",
+    "build_solve_messages": "hf_meds_cliff.cliff.judging",
+    "parse_judgment": "hf_meds_cliff.cliff.judging",
+    "Judgment": "hf_meds_cliff.cliff.teachers.base",
+    "Teacher": "hf_meds_cliff.cliff.teachers.base",
+    "is_endpoint_failure": "hf_meds_cliff.cliff.teachers.base",
+    "build_teacher": "hf_meds_cliff.cliff.teachers",
+    "CliffConfig": "hf_meds_cliff.cliff.config",
+    "CliffGRPOTrainer": "hf_meds_cliff.cliff.trainer",
+}
+
+__all__ = ["sentence_texts", "split_sentences", *_LAZY_ATTRIBUTES]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .advantages import (
+        cliff_token_advantages,
+        first_mistake_token_positions,
+        sentence_to_token_index,
+        zero_variance_groups,
+    )
+    from .config import CliffConfig
+    from .judging import build_judge_messages, build_solve_messages, parse_judgment
+    from .teachers import build_teacher
+    from .teachers.base import Judgment, Teacher, is_endpoint_failure
+    from .trainer import CliffGRPOTrainer
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_ATTRIBUTES.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'hf_meds_cliff.cliff' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
