@@ -1,0 +1,145 @@
+"""Model cards for MEDS and Cliff runs.
+
+TRL renders its own card (``lm_model_card.md``: base model, datasets, tags, TRL's citation block for
+``_paper``) when a checkpoint is saved and on ``push_to_hub``. :class:`MethodModelCardMixin` lets TRL do
+that, then adds what a reader needs to trust and reproduce a MEDS/Cliff run: the method's
+hyperparameters (every ``meds_*``/``cliff_*`` config field and the RL settings that matter), the exact
+command that produced the model, and pass@k results as ``model-index`` metadata when the evaluation
+runner's ``summary.json`` is found in the output directory (or passed explicitly).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+CORE_RL_FIELDS = (
+    "loss_type",
+    "learning_rate",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "max_completion_length",
+    "temperature",
+    "top_p",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "scale_rewards",
+    "num_iterations",
+    "max_steps",
+    "seed",
+)
+PASSK_SUMMARY_NAMES = ("passk_summary.json", "eval/summary.json", "summary.json")
+
+
+def method_hyperparameters(args: Any, prefix: str) -> dict[str, Any]:
+    """The config fields that start with ``prefix`` plus the core RL settings, as plain JSON values."""
+    values = {}
+    for spec in fields(args):
+        if spec.name.startswith(prefix) or spec.name in CORE_RL_FIELDS:
+            value = getattr(args, spec.name)
+            values[spec.name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+    return values
+
+
+def reproduce_command(argv: list[str] | None = None) -> str:
+    """The command line of this process, quoted for a shell (``accelerate launch`` shows as ``python``)."""
+    argv = sys.argv if argv is None else argv
+    return " ".join(["python", *(shlex.quote(a) for a in argv)])
+
+
+def model_index_from_summary(summary: Mapping[str, Any], model_name: str) -> list[dict[str, Any]]:
+    """``model-index`` entries (one per benchmark) from a pass@k summary.
+
+    ``summary["benchmarks"]`` maps a benchmark name to ``{"pass@k": {"1": 0.41, ...}, ...}``; the
+    metric values are kept as fractions in [0, 1].
+
+    >>> s = {"benchmarks": {"toy": {"pass@k": {"1": 0.5, "8": 0.9}, "n": 8}}}
+    >>> model_index_from_summary(s, "m")[0]["results"][0]["metrics"][1]
+    {'type': 'pass@8', 'value': 0.9, 'name': 'pass@8'}
+    """
+    results = []
+    for benchmark, numbers in summary.get("benchmarks", {}).items():
+        passk = numbers.get("pass@k", {})
+        metrics = [
+            {"type": f"pass@{k}", "value": float(v), "name": f"pass@{k}"}
+            for k, v in sorted(passk.items(), key=lambda item: int(item[0]))
+        ]
+        if not metrics:
+            continue
+        results.append(
+            {
+                "task": {"type": "text-generation", "name": "Mathematical reasoning"},
+                "dataset": {"name": benchmark, "type": benchmark},
+                "metrics": metrics,
+            }
+        )
+    return [{"name": model_name, "results": results}] if results else []
+
+
+def render_method_section(
+    method: str,
+    hyperparameters: Mapping[str, Any],
+    command: str,
+    passk_summary: Mapping[str, Any] | None = None,
+) -> str:
+    """Markdown section appended to TRL's card (template: ``templates/method_section.md``)."""
+    template = (resources.files("hf_meds_cliff") / "templates" / "method_section.md").read_text()
+    rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in sorted(hyperparameters.items()))
+    if passk_summary and passk_summary.get("benchmarks"):
+        ks = sorted({int(k) for b in passk_summary["benchmarks"].values() for k in b.get("pass@k", {})})
+        header = "| benchmark | " + " | ".join(f"pass@{k}" for k in ks) + " |"
+        lines = [header, "|---|" + "---|" * len(ks)]
+        for name, numbers in passk_summary["benchmarks"].items():
+            cells = [numbers.get("pass@k", {}).get(str(k)) for k in ks]
+            lines.append(f"| {name} | " + " | ".join("" if c is None else f"{100 * c:.2f}" for c in cells) + " |")
+        passk_table = "\n".join(lines)
+    else:
+        passk_table = "No pass@k evaluation was found next to this model (see `scripts/eval_passk.py`)."
+    return template.format(method=method, hyperparameter_rows=rows, command=command, passk_table=passk_table)
+
+
+def find_passk_summary(output_dir: str | os.PathLike) -> dict[str, Any] | None:
+    for name in PASSK_SUMMARY_NAMES:
+        path = Path(output_dir) / name
+        if path.is_file():
+            return json.loads(path.read_text())
+    return None
+
+
+class MethodModelCardMixin:
+    """Adds the method section and pass@k ``model-index`` to the card TRL writes.
+
+    Overrides ``create_model_card`` only: it calls ``super()`` (TRL's card, with ``_tag_names``,
+    ``_name`` and ``_paper``), then appends the section and metadata to the same ``README.md``.
+    Subclasses set ``_config_prefix`` (``"meds_"`` or ``"cliff_"``).
+    """
+
+    _config_prefix = ""
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        from huggingface_hub import ModelCard
+
+        path = Path(self.args.output_dir) / "README.md"
+        card = ModelCard.load(path)
+        summary = find_passk_summary(self.args.output_dir)
+        card.text += "\n" + render_method_section(
+            self._name, method_hyperparameters(self.args, self._config_prefix), reproduce_command(), summary
+        )
+        if summary is not None:
+            index = model_index_from_summary(summary, model_name or Path(self.args.output_dir).name)
+            if index:
+                card.data.model_index = index
+        card.save(path)

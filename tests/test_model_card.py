@@ -1,0 +1,51 @@
+from dataclasses import dataclass, field
+
+from hf_meds_cliff.model_card import (
+    method_hyperparameters,
+    model_index_from_summary,
+    render_method_section,
+    reproduce_command,
+)
+
+SUMMARY = {"benchmarks": {"toy": {"pass@k": {"1": 0.25, "4": 0.5, "16": 0.75}}, "aime24": {"pass@k": {"1": 0.1}}}}
+
+
+@dataclass
+class FakeArgs:
+    meds_alpha: float = 0.1
+    meds_target: str = "wrong"
+    learning_rate: float = 1e-6
+    unrelated: int = 3
+    layers: list = field(default_factory=lambda: [1, 2])
+    meds_layers: list = field(default_factory=lambda: [1, 2])
+
+
+def test_hyperparameters_keep_prefix_and_core_fields_only():
+    values = method_hyperparameters(FakeArgs(), "meds_")
+    assert values == {"meds_alpha": 0.1, "meds_target": "wrong", "learning_rate": 1e-6, "meds_layers": "[1, 2]"}
+
+
+def test_reproduce_command_quotes_arguments():
+    assert reproduce_command(["scripts/train_meds.py", "--output_dir", "a b"]) == (
+        "python scripts/train_meds.py --output_dir 'a b'"
+    )
+
+
+def test_model_index_lists_every_benchmark_and_k_in_order():
+    index = model_index_from_summary(SUMMARY, "my-model")
+    assert index[0]["name"] == "my-model"
+    toy = index[0]["results"][0]
+    assert toy["dataset"]["name"] == "toy"
+    assert [m["type"] for m in toy["metrics"]] == ["pass@1", "pass@4", "pass@16"]
+    assert [m["value"] for m in toy["metrics"]] == [0.25, 0.5, 0.75]
+    assert model_index_from_summary({"benchmarks": {}}, "m") == []
+
+
+def test_rendered_section_has_table_command_and_percentages():
+    text = render_method_section("MEDS", {"meds_alpha": 0.1}, "python x.py", SUMMARY)
+    assert "## MEDS settings" in text
+    assert "| `meds_alpha` | `0.1` |" in text
+    assert "python x.py" in text
+    assert "| toy | 25.00 | 50.00 | 75.00 |" in text
+    assert "| aime24 | 10.00 |  |  |" in text
+    assert "No pass@k evaluation" in render_method_section("Cliff", {}, "c", None)
