@@ -1,1 +1,35 @@
-"""(filled in by its module owner)."""
+"""Cliff teachers: an OpenAI-compatible HTTP endpoint, a local ``transformers`` model, and the
+toy world's exact rule-based checker. Re-exports only, loaded lazily (``httpx``/``transformers``
+are imported only when the corresponding teacher is used).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .base import ENDPOINT_FAILURES, JUDGMENT_STATUSES, Judgment, Teacher, is_endpoint_failure
+
+_LAZY_ATTRIBUTES = {
+    "OpenAICompatibleTeacher": "hf_meds_cliff.cliff.teachers.openai_compatible",
+    "TransformersTeacher": "hf_meds_cliff.cliff.teachers.local",
+    "RuleBasedToyTeacher": "hf_meds_cliff.cliff.teachers.rule_based",
+    "build_teacher": "hf_meds_cliff.cliff.teachers.factory",
+}
+
+__all__ = ["ENDPOINT_FAILURES", "JUDGMENT_STATUSES", "Judgment", "Teacher", "is_endpoint_failure", *_LAZY_ATTRIBUTES]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .factory import build_teacher
+    from .local import TransformersTeacher
+    from .openai_compatible import OpenAICompatibleTeacher
+    from .rule_based import RuleBasedToyTeacher
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY_ATTRIBUTES.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'hf_meds_cliff.cliff.teachers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,110 @@
+"""The teacher protocol: solve a problem, judge a numbered rollout against a verified reference.
+
+A teacher never raises out of :meth:`Teacher.judge`: every failure comes back as a
+:class:`Judgment` whose ``status`` names it, so that one bad answer or a flaky endpoint cannot stop
+a long training run. What the trainer does with each status:
+
+==================== ============================================================ =======================
+status               meaning                                                      trainer outcome
+==================== ============================================================ =======================
+``ok``               a verdict and/or a first-mistake id were read                 p(a) = ``first_mistake``
+                     (``first_mistake=None`` = the teacher found no mistake)       (None on a verifier-
+                                                                                   wrong rollout: p(a)=0,
+                                                                                   counted as disagreement)
+``empty``            the teacher answered nothing                                  p(a) = 0 for the rollout
+``parse_error``      no JSON object / no readable field in the answer              p(a) = 0 for the rollout
+``missing_field``    a JSON object without a first-mistake field                   p(a) = 0 for the rollout
+``invalid_field``    first-mistake value not an integer id (e.g. ``"two"``)        p(a) = 0 for the rollout
+``out_of_range``     id outside ``[0, number of sentences)`` (and not -1)          p(a) = 0 for the rollout
+``error``            an unexpected exception inside the teacher (logged)           p(a) = 0 for the rollout
+``timeout``          the endpoint timed out after all retries                      group falls back to GRPO
+``http_error``       HTTP 4xx/5xx after all retries                               group falls back to GRPO
+``connection_error`` the endpoint could not be reached after all retries           group falls back to GRPO
+``bad_response``     HTTP 200 whose body is not an OpenAI chat completion         group falls back to GRPO
+==================== ============================================================ =======================
+
+The last four are *endpoint failures* (:func:`is_endpoint_failure`): nothing is known about the
+rollout, so the trainer treats the whole group as plain GRPO for the step and the run continues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "ENDPOINT_FAILURES",
+    "JUDGMENT_STATUSES",
+    "Judgment",
+    "Teacher",
+    "is_endpoint_failure",
+]
+
+ENDPOINT_FAILURES = frozenset({"timeout", "http_error", "connection_error", "bad_response"})
+"""Statuses meaning the teacher endpoint failed (the group falls back to GRPO)."""
+
+JUDGMENT_STATUSES = frozenset(
+    {"ok", "empty", "parse_error", "missing_field", "invalid_field", "out_of_range", "error"} | ENDPOINT_FAILURES
+)
+"""Every status a :class:`Judgment` may carry (see the module docstring for the outcome of each)."""
+
+
+@dataclass
+class Judgment:
+    """A teacher's judgment of one (incorrect) rollout.
+
+    Attributes:
+        first_mistake: sentence index of the first mistake; ``None`` = no mistake found, or unknown
+            when ``status != "ok"``.
+        verdict_correct: the teacher's verdict on the rollout's final answer; ``None`` if not given.
+        status: ``"ok"`` or a failure kind (see the module docstring).
+        raw: the teacher's raw answer (or the error message), for logs and debugging.
+    """
+
+    first_mistake: int | None
+    verdict_correct: bool | None
+    status: str
+    raw: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in JUDGMENT_STATUSES:
+            raise ValueError(f"Unknown judgment status {self.status!r}; use one of {sorted(JUDGMENT_STATUSES)}.")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def is_endpoint_failure(judgment: Judgment) -> bool:
+    """True when the teacher endpoint failed (timeout, HTTP error, unreachable, garbled response).
+
+    >>> is_endpoint_failure(Judgment(None, None, "timeout"))
+    True
+    >>> is_endpoint_failure(Judgment(None, None, "parse_error"))
+    False
+    """
+    return judgment.status in ENDPOINT_FAILURES
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    """What the Cliff trainer needs from a teacher.
+
+    Implementations are safe to call concurrently from one event loop (they bound their own
+    concurrency) and keep a ``counters`` mapping (calls, retries, failures by kind) for metrics.
+    """
+
+    name: str
+
+    async def solve(self, problem: str) -> str | None:
+        """A reference solution ending in ``\\boxed{...}``; ``None`` on any failure (never raises)."""
+        ...
+
+    async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
+        """Judge a rollout given as its sentences (numbered ``[0]``, ``[1]``, ...); never raises."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections/threads; the teacher may not be used afterwards."""
+        ...
