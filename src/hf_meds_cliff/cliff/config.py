@@ -1,0 +1,187 @@
+"""Configuration of :class:`~hf_meds_cliff.cliff.trainer.CliffGRPOTrainer`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+TEACHER_KINDS = ("rule", "http", "transformers")
+SELF_CONSISTENCY_REDUCERS = ("median", "majority")
+
+
+@dataclass
+class CliffConfig(GRPOConfig):
+    r"""
+    Configuration class for [`CliffGRPOTrainer`]: every [`trl.GRPOConfig`] parameter plus the ``cliff_*`` fields below.
+
+    Cliff ("learning process rewards from the first mistake") asks a teacher for the first mistaken sentence of each
+    incorrect rollout of a mixed group and gives the tokens before it ``λ·A_cor − b`` and the tokens from it on
+    ``A_inc − b`` (see ``shared/spec/cliff.md``). The paper's setting is ``cliff_lam=0``, teacher temperature 0.6,
+    reference filter on.
+
+    Parameters:
+        cliff_lam (`float`, defaults to `0.0`):
+            λ: weight of the correct-rollout advantage given to the correct prefix of an incorrect rollout.
+        cliff_teacher (`str`, defaults to `"rule"`):
+            Teacher kind: `"rule"` (the toy world's exact first-mistake checker), `"http"` (an OpenAI-compatible
+            endpoint such as `vllm serve`), or `"transformers"` (a local model).
+        cliff_teacher_base_url (`str` or `None`): Base URL of the HTTP teacher, e.g. `http://127.0.0.1:8000/v1`.
+        cliff_teacher_model (`str` or `None`): Model name (HTTP) or local path / hub id (transformers).
+        cliff_teacher_api_key_env (`str`): Environment variable holding the HTTP teacher's API key.
+        cliff_teacher_concurrency, cliff_teacher_timeout, cliff_teacher_max_retries, cliff_teacher_temperature,
+        cliff_teacher_max_tokens: Request settings of the teacher.
+        cliff_reference_filter (`bool`, defaults to `True`): Only groups whose teacher solution is verified use Cliff.
+        cliff_reference_cache, cliff_judgment_cache (`bool`, defaults to `True`): Reuse verified references per prompt
+            and judgments per (prompt, completion); saved with checkpoints.
+        cliff_self_consistency (`int`, defaults to `1`): Judgments per rollout; reduced by `cliff_self_consistency_reducer`.
+        cliff_correctness_reward_index (`int`, defaults to `0`), cliff_correctness_threshold (`float`, defaults to `1.0`):
+            Which reward function decides correctness, and the value from which a rollout counts as correct.
+        cliff_answer_column (`str`, defaults to `"answer"`): Dataset column with the ground-truth answer used to
+            verify the teacher's reference solutions.
+    """
+
+    cliff_lam: float = field(
+        default=0.0,
+        metadata={
+            "help": "λ: weight of the correct-rollout advantage A_cor given to the correct prefix of an incorrect "
+            "rollout (prefix tokens get λ·A_cor − b). The paper uses 0; 1.0 caused length hacking. Must be in [0, 1]."
+        },
+    )
+    cliff_teacher: str = field(
+        default="rule",
+        metadata={
+            "help": "Teacher kind: 'rule' (exact rule-based first-mistake checker of the toy world, free), 'http' "
+            "(OpenAI-compatible endpoint: vllm serve, SGLang, transformers serve, hosted APIs) or 'transformers' "
+            "(a local model on the training machine).",
+            "choices": list(TEACHER_KINDS),
+        },
+    )
+    cliff_teacher_base_url: str | None = field(
+        default=None,
+        metadata={"help": "Base URL of the OpenAI-compatible teacher, e.g. 'http://127.0.0.1:8000/v1'. Needed for 'http'."},
+    )
+    cliff_teacher_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Teacher model: the served model name for 'http', a local path or hub id for 'transformers'."
+        },
+    )
+    cliff_teacher_api_key_env: str = field(
+        default="CLIFF_TEACHER_API_KEY",
+        metadata={
+            "help": "Name of the environment variable that holds the HTTP teacher's API key (the key itself is never "
+            "put in the config nor logged). Unset variable = no key (fine for a local vllm serve)."
+        },
+    )
+    cliff_teacher_concurrency: int = field(
+        default=32,
+        metadata={"help": "Maximum number of teacher requests in flight at once (per process)."},
+    )
+    cliff_teacher_timeout: float = field(
+        default=300.0,
+        metadata={"help": "Per-request timeout of the teacher, in seconds."},
+    )
+    cliff_teacher_max_retries: int = field(
+        default=2,
+        metadata={"help": "Retries (with exponential backoff) of a failed teacher request before it counts as failed."},
+    )
+    cliff_teacher_temperature: float = field(
+        default=0.6,
+        metadata={"help": "Sampling temperature of the teacher for solving and judging (the paper uses 0.6)."},
+    )
+    cliff_teacher_max_tokens: int = field(
+        default=4096,
+        metadata={"help": "Maximum number of tokens the teacher may generate per request."},
+    )
+    cliff_reference_filter: bool = field(
+        default=True,
+        metadata={
+            "help": "Reference filter: the teacher solves each query and only groups whose solution the verifier "
+            "accepts use Cliff; the others fall back to plain GRPO for that step. When False the teacher's solution "
+            "is used as the reference without verification (the paper reports ~2%% lower accuracy for weak teachers)."
+        },
+    )
+    cliff_reference_cache: bool = field(
+        default=True,
+        metadata={"help": "Cache verified reference solutions per prompt and reuse them in later steps."},
+    )
+    cliff_judgment_cache: bool = field(
+        default=True,
+        metadata={"help": "Cache judgments per (prompt, completion) so a repeated rollout is not judged twice."},
+    )
+    cliff_self_consistency: int = field(
+        default=1,
+        metadata={
+            "help": "Number of judgments per incorrect rollout. With k > 1 the first-mistake indices are reduced by "
+            "`cliff_self_consistency_reducer` and their agreement is logged (cliff/self_consistency_agreement)."
+        },
+    )
+    cliff_self_consistency_reducer: str = field(
+        default="median",
+        metadata={
+            "help": "How k judgments are combined: 'median' (lower median of the first-mistake indices) or "
+            "'majority' (most frequent index, ties to the earliest). Either way the rollout counts as having a "
+            "mistake only when more judgments found one than found none.",
+            "choices": list(SELF_CONSISTENCY_REDUCERS),
+        },
+    )
+    cliff_correctness_reward_index: int = field(
+        default=0,
+        metadata={
+            "help": "Index (in `reward_funcs`) of the verifiable correctness reward that decides which rollouts are "
+            "correct; other reward functions still shape the sequence-level advantages."
+        },
+    )
+    cliff_correctness_threshold: float = field(
+        default=1.0,
+        metadata={"help": "A rollout is correct when its correctness reward is >= this value."},
+    )
+    cliff_answer_column: str = field(
+        default="answer",
+        metadata={"help": "Dataset column holding the ground-truth answer used to verify the teacher's reference."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 <= self.cliff_lam <= 1.0:
+            raise ValueError(
+                f"cliff_lam={self.cliff_lam!r} is outside [0, 1]. λ weighs the correct prefix of an incorrect rollout "
+                "between no credit (0, the paper's setting) and full credit (1); pick a value in that range."
+            )
+        if self.cliff_teacher not in TEACHER_KINDS:
+            raise ValueError(
+                f"cliff_teacher={self.cliff_teacher!r} is not a known teacher kind; use one of {list(TEACHER_KINDS)}."
+            )
+        if self.cliff_teacher == "http" and (not self.cliff_teacher_base_url or not self.cliff_teacher_model):
+            raise ValueError(
+                f"cliff_teacher='http' needs both cliff_teacher_base_url (got {self.cliff_teacher_base_url!r}) and "
+                f"cliff_teacher_model (got {self.cliff_teacher_model!r}), e.g. "
+                "--cliff_teacher_base_url http://127.0.0.1:8000/v1 --cliff_teacher_model Qwen/Qwen3-32B."
+            )
+        if self.cliff_teacher == "transformers" and not self.cliff_teacher_model:
+            raise ValueError(
+                "cliff_teacher='transformers' needs cliff_teacher_model (a local path or hub id of the teacher model)."
+            )
+        for name in ("cliff_teacher_concurrency", "cliff_self_consistency", "cliff_teacher_max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be a positive integer (>= 1).")
+        if not isinstance(self.cliff_teacher_max_retries, int) or self.cliff_teacher_max_retries < 0:
+            raise ValueError(
+                f"cliff_teacher_max_retries={self.cliff_teacher_max_retries!r} must be a non-negative integer."
+            )
+        if not self.cliff_teacher_timeout > 0:
+            raise ValueError(f"cliff_teacher_timeout={self.cliff_teacher_timeout!r} must be > 0 seconds.")
+        if not self.cliff_teacher_temperature >= 0:
+            raise ValueError(f"cliff_teacher_temperature={self.cliff_teacher_temperature!r} must be >= 0.")
+        if self.cliff_self_consistency_reducer not in SELF_CONSISTENCY_REDUCERS:
+            raise ValueError(
+                f"cliff_self_consistency_reducer={self.cliff_self_consistency_reducer!r} is unknown; use one of "
+                f"{list(SELF_CONSISTENCY_REDUCERS)}."
+            )
+        if self.cliff_correctness_reward_index < 0:
+            raise ValueError(
+                f"cliff_correctness_reward_index={self.cliff_correctness_reward_index!r} must index a reward function "
+                "(0 for the first one)."
+            )

@@ -1,0 +1,545 @@
+"""Cliff's per-step judging protocol, independent of the trainer.
+
+Given the gathered rows of one generation step (every process sees the same rows), :class:`CliffJudge` decides,
+per group of rollouts of one prompt, whether Cliff applies and, per incorrect rollout, where its incorrect suffix
+starts (a sentence index, the "pitfall step" p(a)):
+
+1. Groups whose rollouts are all correct or all incorrect are skipped (zero reward variance, no teacher call).
+2. Reference filter: the teacher solves the problem (cached per prompt once verified); the verifier
+   (:func:`hf_meds_cliff.rewards.check_answer`) checks the solution against the ground truth. Unverified groups fall
+   back to plain GRPO for this step (counted as ``groups_fallback_unverified``).
+3. Truncated incorrect rollouts get p(a) = 0 without a call.
+4. Every other incorrect rollout of a mixed group is judged (``k`` times with self-consistency), concurrently.
+   The teacher saying "no mistake" on a verifier-wrong rollout gives p(a) = 0 and counts a disagreement; a malformed
+   answer (parse error, id out of range, ...) gives p(a) = 0 and counts a failure of that kind; an endpoint failure
+   (timeout, HTTP error, connection refused) makes the whole group fall back to plain GRPO.
+5. Judgments and verified references are cached (JSON-serialisable, see :meth:`CliffJudge.state_dict`).
+
+Several processes: the calls of a step are enumerated in the same order on every rank, rank ``r`` runs calls
+``r, r + W, r + 2W, ...``, and the results are all-gathered, so no call is duplicated and every rank ends with the
+same outcome and the same caches.
+
+The coroutines run on one persistent event loop in a daemon thread (:class:`BackgroundLoop`), so this works
+whether or not the caller is itself inside a running event loop (notebooks), and async HTTP clients bound to
+that loop stay valid across steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from .sentences import split_sentences
+from .teachers.base import Judgment, Teacher, is_endpoint_failure
+
+logger = logging.getLogger(__name__)
+
+GROUP_SKIPPED = "skipped"
+GROUP_CLIFF = "cliff"
+GROUP_FALLBACK_UNVERIFIED = "fallback_unverified"
+GROUP_FALLBACK_ENDPOINT = "fallback_endpoint"
+
+STATE_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def completion_cache_key(prompt_key: str, completion: str) -> str:
+    """Key of the judgment cache: the prompt identity and a digest of the completion text.
+
+    >>> completion_cache_key("abc", "1 + 1 = 2.") == completion_cache_key("abc", "1 + 1 = 2.")
+    True
+    >>> completion_cache_key("abc", "x") == completion_cache_key("abd", "x")
+    False
+    """
+    digest = hashlib.blake2b(completion.encode("utf-8"), digest_size=12).hexdigest()
+    return f"{prompt_key}:{digest}"
+
+
+def reduce_first_mistakes(votes: Sequence[int | None], reducer: str = "median") -> tuple[int | None, float]:
+    """Combine ``k`` usable judgments of one rollout into one first-mistake index.
+
+    Args:
+        votes: one entry per usable judgment: the sentence index of the first mistake, or ``None`` when the teacher
+            found no mistake.
+        reducer: ``"median"`` (lower median of the indices, so the result is one of the votes) or ``"majority"``
+            (most frequent index; ties go to the earliest sentence).
+
+    Returns:
+        ``(first_mistake, agreement)``: ``first_mistake`` is ``None`` unless strictly more votes found a mistake
+        than found none; ``agreement`` is the share of votes equal to the result (1.0 for a single vote).
+
+    >>> reduce_first_mistakes([3])
+    (3, 1.0)
+    >>> reduce_first_mistakes([2, 5, 4])
+    (4, 0.3333333333333333)
+    >>> reduce_first_mistakes([2, 5, 2], reducer="majority")
+    (2, 0.6666666666666666)
+    >>> reduce_first_mistakes([1, None, None])
+    (None, 0.6666666666666666)
+    >>> reduce_first_mistakes([4, 1, 4, 1], reducer="majority")
+    (1, 0.5)
+    """
+    if not votes:
+        raise ValueError("reduce_first_mistakes needs at least one vote; got an empty sequence.")
+    if reducer not in ("median", "majority"):
+        raise ValueError(f"reducer={reducer!r} is unknown; use 'median' or 'majority'.")
+    indices = sorted(v for v in votes if v is not None)
+    if len(indices) <= len(votes) - len(indices):
+        result = None
+    elif reducer == "median":
+        result = indices[(len(indices) - 1) // 2]
+    else:
+        counts = Counter(indices)
+        best = max(counts.values())
+        result = min(i for i, c in counts.items() if c == best)
+    agreement = sum(1 for v in votes if v == result) / len(votes)
+    return result, agreement
+
+
+def problem_text(prompt: Any) -> str:
+    """The problem a teacher sees: a plain prompt, or the content of the last user message of a chat prompt.
+
+    >>> problem_text("Compute 1 + 2.")
+    'Compute 1 + 2.'
+    >>> problem_text([{"role": "system", "content": "s"}, {"role": "user", "content": "Compute 1 + 2."}])
+    'Compute 1 + 2.'
+    """
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        for message in reversed(prompt):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content", "")
+                if isinstance(content, str):
+                    return content
+                # multimodal content blocks: keep the text parts
+                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    raise TypeError(f"Cannot find the problem text in prompt {prompt!r:.120}; expected a string or chat messages.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Step data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepRows:
+    """The gathered rows of one generation step, in global order (every process passes the same rows).
+
+    Row ``i`` belongs to group ``group_ids[i]``; a group is the set of rollouts of one prompt.
+    """
+
+    prompt_keys: list[str]
+    problems: list[str]
+    ground_truths: list[str | None]
+    completions: list[str]
+    is_correct: list[bool]
+    is_truncated: list[bool]
+    group_ids: list[int]
+
+    def __post_init__(self):
+        n = len(self.completions)
+        for name in ("prompt_keys", "problems", "ground_truths", "is_correct", "is_truncated", "group_ids"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"StepRows.{name} has {len(getattr(self, name))} entries for {n} completions; all fields must "
+                    "have one entry per rollout."
+                )
+
+
+@dataclass
+class StepOutcome:
+    """What the protocol decided for one step.
+
+    Attributes:
+        group_modes: per row, the mode of its group: ``"cliff"``, ``"skipped"``, ``"fallback_unverified"`` or
+            ``"fallback_endpoint"``. Only ``"cliff"`` groups get token-level advantages.
+        first_mistake: per row, for incorrect rows of Cliff groups the sentence index where the incorrect suffix
+            starts (0 = the whole rollout is the suffix, plain GRPO treatment); ``None`` for every other row.
+        sentence_spans: per row, the character spans of the sentences the teacher saw (only filled for rows with
+            a first mistake > 0; empty otherwise). The trainer maps ``sentence_spans[i][first_mistake[i]][0]`` to
+            a token index.
+        counters: step counters (summed over the step, not averaged), see :meth:`CliffJudge.process_step`.
+        values: per-row or per-rollout samples of step statistics whose mean is logged (e.g. agreement).
+    """
+
+    group_modes: list[str]
+    first_mistake: list[int | None]
+    sentence_spans: list[list[tuple[int, int]]]
+    counters: Counter = field(default_factory=Counter)
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Event loop
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class BackgroundLoop:
+    """A persistent asyncio loop in a daemon thread; :meth:`run` blocks the caller until a coroutine is done.
+
+    A single loop for the whole run keeps async clients (``httpx.AsyncClient``) valid across steps, and running it
+    in its own thread makes :meth:`run` safe even when the caller already runs an event loop (Jupyter).
+    """
+
+    def __init__(self, name: str = "cliff-teacher-loop"):
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run_forever():
+            asyncio.set_event_loop(self._loop)
+            self._loop.call_soon(ready.set)
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run_forever, name=name, daemon=True)
+        self._thread.start()
+        ready.wait()
+
+    def run(self, coroutine: Coroutine) -> Any:
+        if self._loop.is_closed():
+            raise RuntimeError("The Cliff teacher loop is closed; create a new CliffJudge.")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+def _local_gather(objects: list) -> list:
+    return list(objects)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The orchestrator
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class CliffJudge:
+    """Runs the Cliff protocol of one step and holds the reference and judgment caches.
+
+    Args:
+        teacher: an object following :class:`hf_meds_cliff.cliff.teachers.base.Teacher`.
+        verify: ``verify(solution_text, ground_truth) -> bool``; defaults to
+            ``hf_meds_cliff.rewards.check_answer(...).correct``.
+        reference_filter: when False, the teacher's solution is the reference without verification.
+        reference_cache / judgment_cache: reuse verified references per prompt / judgments per (prompt, completion).
+        self_consistency: judgments per rollout (k).
+        reducer: ``"median"`` or ``"majority"`` (see :func:`reduce_first_mistakes`).
+        split: sentence splitter (defaults to :func:`hf_meds_cliff.cliff.split_sentences`).
+    """
+
+    def __init__(
+        self,
+        teacher: Teacher,
+        *,
+        verify: Callable[[str, str], bool] | None = None,
+        reference_filter: bool = True,
+        reference_cache: bool = True,
+        judgment_cache: bool = True,
+        self_consistency: int = 1,
+        reducer: str = "median",
+        split: Callable[[str], list[tuple[int, int]]] = split_sentences,
+    ):
+        if not isinstance(self_consistency, int) or self_consistency < 1:
+            raise ValueError(f"self_consistency={self_consistency!r} must be a positive integer.")
+        if reducer not in ("median", "majority"):
+            raise ValueError(f"reducer={reducer!r} is unknown; use 'median' or 'majority'.")
+        self.teacher = teacher
+        self.verify = verify if verify is not None else _default_verify
+        self.reference_filter = reference_filter
+        self.use_reference_cache = reference_cache
+        self.use_judgment_cache = judgment_cache
+        self.self_consistency = self_consistency
+        self.reducer = reducer
+        self.split = split
+        self.references: dict[str, str] = {}
+        self.judgments: dict[str, dict[str, Any]] = {}
+        self._loop: BackgroundLoop | None = None
+
+    # -- state ---------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable caches (saved with every checkpoint)."""
+        return {"version": STATE_VERSION, "references": dict(self.references), "judgments": dict(self.judgments)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(
+                f"Unsupported Cliff cache state (version {state.get('version') if isinstance(state, dict) else None!r},"
+                f" expected {STATE_VERSION}); delete cliff_state.json from the checkpoint to start with empty caches."
+            )
+        self.references = {str(k): str(v) for k, v in state["references"].items()}
+        self.judgments = {str(k): dict(v) for k, v in state["judgments"].items()}
+
+    # -- running coroutines --------------------------------------------------------------------------------------
+
+    def _run(self, coroutine: Coroutine) -> Any:
+        if self._loop is None:
+            self._loop = BackgroundLoop()
+        return self._loop.run(coroutine)
+
+    def close(self) -> None:
+        """Close the teacher (its HTTP client or model) and stop the event loop."""
+        if self._loop is None:
+            return
+        try:
+            self._run(self.teacher.aclose())
+        except Exception:  # closing must not hide the real end of a run
+            logger.warning("Closing the Cliff teacher failed", exc_info=True)
+        self._loop.close()
+        self._loop = None
+
+    async def _solve(self, problem: str, ground_truth: str | None) -> dict[str, Any]:
+        try:
+            solution = await self.teacher.solve(problem)
+        except Exception as error:  # a Teacher should not raise; count it instead of stopping training
+            logger.warning("Teacher.solve raised %s: %s", type(error).__name__, error)
+            return {"solution": None, "verified": False, "status": "exception"}
+        if solution is None:
+            return {"solution": None, "verified": False, "status": "no_solution"}
+        if not self.reference_filter:
+            return {"solution": solution, "verified": True, "status": "unfiltered"}
+        if ground_truth is None:
+            return {"solution": solution, "verified": False, "status": "no_ground_truth"}
+        try:
+            verified = bool(self.verify(solution, ground_truth))
+        except Exception as error:
+            logger.warning("Verifying the teacher's solution raised %s: %s", type(error).__name__, error)
+            return {"solution": solution, "verified": False, "status": "verify_error"}
+        return {"solution": solution, "verified": verified, "status": "verified" if verified else "wrong"}
+
+    async def _judge(self, problem: str, reference: str, sentences: list[str]) -> dict[str, Any]:
+        try:
+            judgment = await self.teacher.judge(problem, reference, sentences)
+        except Exception as error:  # the protocol says judge never raises; keep training alive if one does
+            logger.warning("Teacher.judge raised %s: %s", type(error).__name__, error)
+            judgment = Judgment(first_mistake=None, verdict_correct=None, status="exception", raw=repr(error))
+        first_mistake = judgment.first_mistake
+        if first_mistake is not None and not 0 <= first_mistake < len(sentences):
+            return {"first_mistake": None, "status": "out_of_range", "endpoint_failure": False}
+        return {
+            "first_mistake": first_mistake,
+            "status": judgment.status,
+            "endpoint_failure": bool(is_endpoint_failure(judgment)) or judgment.status == "exception",
+        }
+
+    def _sharded_calls(
+        self, calls: list[Callable[[], Coroutine]], rank: int, world_size: int, gather: Callable[[list], list]
+    ) -> list[Any]:
+        """Run this rank's share of ``calls`` (coroutine factories) concurrently; all-gather results in call order."""
+        mine = [index for index in range(len(calls)) if index % world_size == rank]
+
+        async def run_mine():
+            return await asyncio.gather(*(calls[index]() for index in mine))
+
+        local = list(zip(mine, self._run(run_mine()) if mine else []))
+        gathered = gather(local) if world_size > 1 else local
+        results: list[Any] = [None] * len(calls)
+        for index, result in gathered:
+            results[index] = result
+        return results
+
+    # -- the step ------------------------------------------------------------------------------------------------
+
+    def process_step(
+        self,
+        rows: StepRows,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        gather: Callable[[list], list] = _local_gather,
+    ) -> StepOutcome:
+        """Decide group modes and first mistakes for one step (see the module docstring).
+
+        ``gather`` is an all-gather of Python lists that concatenates the ranks' lists in rank order (accelerate's
+        ``gather_object``); it must be called by every rank, so every rank calls this method with the same rows.
+
+        Counters: ``groups``, ``groups_skipped``, ``groups_cliff``, ``groups_fallback_unverified``,
+        ``groups_fallback_endpoint``, ``solve_calls``, ``judge_calls``, ``reference_cache_hits``,
+        ``judgment_cache_hits``, ``references_unverified``, ``truncated``, ``agreements``, ``disagreements``,
+        ``judge_failures/<status>``, ``solve_failures/<status>``, ``rollouts_with_mistake``.
+        Values: ``judge_wall_time``, ``first_mistake_sentence``, ``first_mistake_sentence_fraction``,
+        ``self_consistency_agreement``.
+        """
+        started = time.perf_counter()
+        n = len(rows.completions)
+        counters: Counter = Counter()
+        values: dict[str, list[float]] = {
+            "first_mistake_sentence": [],
+            "first_mistake_sentence_fraction": [],
+            "self_consistency_agreement": [],
+        }
+        members: dict[int, list[int]] = {}
+        for row, group in enumerate(rows.group_ids):
+            members.setdefault(group, []).append(row)
+        group_order = sorted(members)
+        modes: dict[int, str] = {}
+        first_mistake: list[int | None] = [None] * n
+        spans: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+
+        # 1. zero-variance groups; which groups need a teacher at all
+        needs_reference: list[int] = []
+        for group in group_order:
+            rows_of_group = members[group]
+            correct = [rows.is_correct[i] for i in rows_of_group]
+            counters["groups"] += 1
+            if all(correct) or not any(correct):
+                modes[group] = GROUP_SKIPPED
+                continue
+            modes[group] = GROUP_CLIFF
+            for i in rows_of_group:
+                if not rows.is_correct[i]:
+                    first_mistake[i] = 0
+                    if rows.is_truncated[i]:
+                        counters["truncated"] += 1
+            if any(not rows.is_correct[i] and not rows.is_truncated[i] for i in rows_of_group):
+                needs_reference.append(group)
+
+        # 2. reference filter (one solve call per distinct prompt missing from the cache)
+        references: dict[str, str | None] = {}
+        to_solve: list[str] = []
+        ground_truth_of: dict[str, str | None] = {}
+        for group in needs_reference:
+            first_row = members[group][0]
+            key = rows.prompt_keys[first_row]
+            if key in references or key in ground_truth_of:
+                continue
+            if self.use_reference_cache and key in self.references:
+                references[key] = self.references[key]
+                counters["reference_cache_hits"] += 1
+                continue
+            ground_truth_of[key] = rows.ground_truths[first_row]
+            to_solve.append(key)
+        problem_of = {rows.prompt_keys[i]: rows.problems[i] for i in range(n)}
+        solve_results = self._sharded_calls(
+            [partial(self._solve, problem_of[key], ground_truth_of[key]) for key in to_solve], rank, world_size, gather
+        )
+        counters["solve_calls"] += len(to_solve)
+        for key, result in zip(to_solve, solve_results):
+            if result["verified"]:
+                references[key] = result["solution"]
+                if self.use_reference_cache:
+                    self.references[key] = result["solution"]
+            else:
+                references[key] = None
+                counters["references_unverified"] += 1
+                if result["status"] not in ("wrong",):
+                    counters[f"solve_failures/{result['status']}"] += 1
+
+        # 3. judge the incorrect, non-truncated rollouts of groups with a reference
+        judge_rows: list[int] = []
+        cached: dict[int, dict[str, Any]] = {}
+        for group in needs_reference:
+            key = rows.prompt_keys[members[group][0]]
+            if references.get(key) is None:
+                modes[group] = GROUP_FALLBACK_UNVERIFIED
+                continue
+            for i in members[group]:
+                if rows.is_correct[i] or rows.is_truncated[i]:
+                    continue
+                cache_key = completion_cache_key(key, rows.completions[i])
+                if self.use_judgment_cache and cache_key in self.judgments:
+                    cached[i] = self.judgments[cache_key]
+                    counters["judgment_cache_hits"] += 1
+                else:
+                    judge_rows.append(i)
+        row_sentences: dict[int, list[tuple[int, int]]] = {}
+        calls = []
+        for i in judge_rows:
+            row_sentences[i] = self.split(rows.completions[i])
+            sentences = [rows.completions[i][start:end] for start, end in row_sentences[i]]
+            reference = references[rows.prompt_keys[i]]
+            calls.extend(
+                partial(self._judge, rows.problems[i], reference, sentences) for _ in range(self.self_consistency)
+            )
+        judge_results = self._sharded_calls(calls, rank, world_size, gather)
+        counters["judge_calls"] += len(calls)
+
+        # 4. reduce per rollout
+        decided: dict[int, dict[str, Any]] = dict(cached)
+        endpoint_failed_groups: set[int] = set()
+        for position, i in enumerate(judge_rows):
+            results = judge_results[position * self.self_consistency : (position + 1) * self.self_consistency]
+            votes: list[int | None] = []
+            endpoint_failures = 0
+            for result in results:
+                if result["status"] != "ok":
+                    counters[f"judge_failures/{result['status']}"] += 1
+                if result["endpoint_failure"]:
+                    endpoint_failures += 1
+                elif result["status"] == "ok":
+                    votes.append(result["first_mistake"])
+            if votes:
+                mistake, agreement = reduce_first_mistakes(votes, self.reducer)
+                if self.self_consistency > 1:
+                    values["self_consistency_agreement"].append(agreement)
+                decision = {"first_mistake": mistake, "agreed": mistake is not None, "judged": True}
+                if self.use_judgment_cache:
+                    self.judgments[completion_cache_key(rows.prompt_keys[i], rows.completions[i])] = decision
+                decided[i] = decision
+            elif endpoint_failures == len(results):
+                endpoint_failed_groups.add(rows.group_ids[i])
+            else:  # only malformed answers: treat as plain GRPO-negative, not cached (a retry may parse)
+                decided[i] = {"first_mistake": None, "agreed": None, "judged": False}
+
+        for group in endpoint_failed_groups:
+            modes[group] = GROUP_FALLBACK_ENDPOINT
+
+        # 5. assemble
+        for i, decision in sorted(decided.items()):
+            group = rows.group_ids[i]
+            if modes[group] != GROUP_CLIFF:
+                continue
+            if decision["agreed"] is True:
+                counters["agreements"] += 1
+            elif decision["agreed"] is False:
+                counters["disagreements"] += 1
+            mistake = decision["first_mistake"]
+            if mistake is None:
+                continue
+            spans[i] = row_sentences[i] if i in row_sentences else self.split(rows.completions[i])
+            if mistake >= len(spans[i]):  # a stale cache entry for a differently split text; be safe
+                counters["judge_failures/out_of_range"] += 1
+                spans[i] = []
+                continue
+            first_mistake[i] = mistake
+            counters["rollouts_with_mistake"] += 1
+            values["first_mistake_sentence"].append(float(mistake))
+            values["first_mistake_sentence_fraction"].append(mistake / len(spans[i]))
+
+        group_modes = [modes[rows.group_ids[i]] for i in range(n)]
+        for i in range(n):
+            if group_modes[i] != GROUP_CLIFF:
+                first_mistake[i] = None
+                spans[i] = []
+        for group in group_order:
+            if modes[group] != GROUP_SKIPPED:
+                counters[f"groups_{modes[group]}"] += 1
+            else:
+                counters["groups_skipped"] += 1
+        values["judge_wall_time"] = [time.perf_counter() - started]
+        return StepOutcome(
+            group_modes=group_modes, first_mistake=first_mistake, sentence_spans=spans, counters=counters, values=values
+        )
+
+
+def _default_verify(solution: str, ground_truth: str) -> bool:
+    from hf_meds_cliff.rewards import check_answer
+
+    return check_answer(solution, ground_truth).correct
