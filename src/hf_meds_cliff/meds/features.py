@@ -1,0 +1,442 @@
+"""MEDS features: per-layer logits of the answer token, captured with forward hooks.
+
+For a completion whose last ``\\boxed{`` opens the final answer, MEDS looks at how every decoder layer
+already "votes" for the first answer token ``y*``: ``l_n = h_n · W_lm[y*] (+ b_lm[y*])`` where ``h_n``
+is layer ``n``'s output at the position whose next-token prediction is ``y*``. The vector of the last
+``N/2`` layers, L2-normalised, is the feature the error memory clusters.
+
+Three pieces, each usable on its own:
+
+* :func:`locate_answer_token` finds ``y*`` in the completion tokens (tokenizer-agnostic, robust to
+  BPE merges, see its docstring for the exact convention);
+* :func:`resolve_decoder` finds the decoder layers, final norm and LM head of a plain, PEFT- or
+  DDP-wrapped Qwen2/Qwen3/Llama-style model;
+* :class:`AnswerLogitCapture` hooks the kept layers during *any* forward pass (ours, or one TRL runs
+  anyway) and keeps only the ``(rows, hidden)`` states at the answer positions; the per-layer logits
+  use one LM-head row per sample, never the full-vocabulary logits of a layer, and the model is never
+  called with ``output_hidden_states``.
+
+:func:`answer_logit_features` runs one no-grad forward over prompt + completion truncated at the
+answer position (only the decoder body: no LM head at all) and returns the features.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ANSWER_MARKER",
+    "AnswerLocation",
+    "AnswerLogitCapture",
+    "DecoderParts",
+    "answer_logit_features",
+    "answer_prefix_batch",
+    "features_from_layer_logits",
+    "locate_answer_token",
+    "locate_answer_tokens",
+    "resolve_decoder",
+    "select_layers",
+]
+
+ANSWER_MARKER = "\\boxed{"
+"""Text that opens the final answer; the *last* occurrence in a completion is the one used."""
+
+
+@dataclass(frozen=True)
+class AnswerLocation:
+    """Where the answer token of one completion is, in completion-token coordinates.
+
+    ``query_index`` is the token whose hidden state predicts the target (``-1`` means the last prompt
+    token), ``target_index = query_index + 1`` the target token ``y*`` and ``target_id`` its id.
+    """
+
+    query_index: int
+    target_index: int
+    target_id: int
+
+
+def _decode(tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def locate_answer_token(completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER) -> AnswerLocation | None:
+    """Locate the first token of the final answer (the one after the last ``\\boxed{``).
+
+    Let ``b`` be the completion token that contains the ``{`` of the last ``\\boxed{`` (found on the
+    decoded text, so any tokenizer and any split of ``\\boxed{`` into tokens works).
+
+    * If the text of ``b`` ends with that ``{`` (the usual case, and the reference's), the target is
+      the next token ``b + 1`` and the query position is ``b``.
+    * If a BPE merge put the first answer characters into ``b`` itself (a token like ``{1``), the next
+      token would skip part of the answer, so the target is ``b`` (the token that starts the answer)
+      and the query position is ``b - 1`` (``-1``: the last prompt token). The reference code would
+      take ``b + 1``; this project takes the token that carries the first answer characters.
+
+    Returns ``None`` when there is no ``\\boxed{`` or no token after it.
+
+    Cost: the search decodes growing suffixes of the completion (the answer is near the end) and then
+    bisects inside the found window, so it is ``O(w log w)`` in the distance ``w`` from the end.
+
+    Args:
+        completion_ids: the completion's token ids (no padding), shape ``(T,)``.
+        tokenizer: a Hugging Face tokenizer (``decode`` is all that is used).
+        marker: the answer-opening text, ``\\boxed{`` by default; its last character must be ``{``.
+    """
+    ids = [int(i) for i in completion_ids]
+    n = len(ids)
+    if n == 0:
+        return None
+    # Grow a suffix window until it holds the whole last marker.
+    window = min(n, 32)
+    while True:
+        start = n - window
+        text = _decode(tokenizer, ids[start:])
+        if marker in text:
+            break
+        if start == 0:
+            return None
+        window = min(n, window * 2)
+    occurrences = text.count(marker)
+    # Smallest k such that the window's first k tokens contain all `occurrences` markers: token
+    # start + k - 1 is then the one that completes the last marker, i.e. holds its final "{".
+    low, high = 1, n - start
+    while low < high:
+        middle = (low + high) // 2
+        if _decode(tokenizer, ids[start : start + middle]).count(marker) >= occurrences:
+            high = middle
+        else:
+            low = middle + 1
+    brace_index = start + low - 1
+    prefix = _decode(tokenizer, ids[start : start + low])
+    answer_starts_inside = len(prefix) > prefix.rfind(marker) + len(marker)
+    if answer_starts_inside:
+        return AnswerLocation(query_index=brace_index - 1, target_index=brace_index, target_id=ids[brace_index])
+    if brace_index + 1 >= n:
+        return None
+    return AnswerLocation(query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1])
+
+
+def locate_answer_tokens(
+    completion_ids_list: Sequence[Sequence[int]], tokenizer, marker: str = ANSWER_MARKER
+) -> list[AnswerLocation | None]:
+    """:func:`locate_answer_token` for each completion of a batch."""
+    return [locate_answer_token(ids, tokenizer, marker) for ids in completion_ids_list]
+
+
+@dataclass
+class DecoderParts:
+    """The pieces of a causal LM that MEDS needs.
+
+    ``body`` maps ``input_ids`` to final hidden states (runs every layer and the final norm, no LM
+    head); ``layers`` are its decoder layers in order; ``final_norm`` is applied after the last layer
+    (``None`` if the architecture has none); ``lm_head`` is the output projection (``weight`` of shape
+    ``(V, H)``, optional ``bias``).
+    """
+
+    body: nn.Module
+    layers: nn.ModuleList
+    final_norm: nn.Module | None
+    lm_head: nn.Module
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    # DDP / DataParallel / accelerate wrappers keep the real model in `.module`; torch.compile in `_orig_mod`.
+    while True:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) or (
+            type(model).__name__ in {"DistributedDataParallel", "DataParallel", "DeepSpeedEngine"}
+            and hasattr(model, "module")
+        ):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            break
+    # PEFT: the base model carries the LoRA-injected layers, so features come from the adapted model.
+    if hasattr(model, "get_base_model") and callable(model.get_base_model):
+        model = model.get_base_model()
+    return model
+
+
+def resolve_decoder(model: nn.Module) -> DecoderParts:
+    """Find body, decoder layers, final norm and LM head of a (possibly wrapped) causal LM.
+
+    Supports the ``model.model.layers`` / ``model.model.norm`` / ``model.lm_head`` layout of Qwen2,
+    Qwen3, Llama, Mistral and most Hugging Face decoder-only models, and GPT-2's
+    ``model.transformer.h`` / ``ln_f``, each plain, PEFT-wrapped or DDP-wrapped.
+
+    Raises:
+        ValueError: the layers or the LM head cannot be found.
+    """
+    base = _unwrap(model)
+    lm_head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if lm_head is None or not hasattr(lm_head, "weight"):
+        raise ValueError(
+            f"MEDS features need the model's LM head, but {type(base).__name__} has no output embeddings with a "
+            "`weight` (get_output_embeddings() returned None). Use a causal LM such as Qwen2/Qwen3/Llama "
+            "(`AutoModelForCausalLM`)."
+        )
+    for body_name, layers_name, norm_name in (("model", "layers", "norm"), ("transformer", "h", "ln_f")):
+        body = getattr(base, body_name, None)
+        layers = getattr(body, layers_name, None) if body is not None else None
+        if isinstance(layers, nn.ModuleList) and len(layers) > 0:
+            return DecoderParts(body=body, layers=layers, final_norm=getattr(body, norm_name, None), lm_head=lm_head)
+    raise ValueError(
+        f"Cannot find the decoder layers of {type(base).__name__}: MEDS supports the Qwen2/Qwen3/Llama layout "
+        "(`model.model.layers`, `model.model.norm`, `model.lm_head`) and GPT-2's (`model.transformer.h`). "
+        "For another architecture, subclass MEDSGRPOTrainer and override `_meds_decoder_parts`."
+    )
+
+
+def select_layers(num_model_layers: int, num_layers: int | None = None) -> list[int]:
+    """Indices (0-based) of the decoder layers whose logits form the feature: the last ``num_layers``.
+
+    ``None`` keeps the last ``N // 2`` (paper default, 14 of 28), at least one.
+
+    >>> select_layers(28)
+    [14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27]
+    >>> select_layers(4, num_layers=3)
+    [1, 2, 3]
+    """
+    if num_model_layers < 1:
+        raise ValueError(f"The model has {num_model_layers} decoder layers; MEDS needs at least one.")
+    keep = max(1, num_model_layers // 2) if num_layers is None else num_layers
+    if not 1 <= keep <= num_model_layers:
+        raise ValueError(
+            f"meds_num_layers={num_layers} is out of range for a model with {num_model_layers} decoder layers; "
+            f"use a value in [1, {num_model_layers}] or None for the last half."
+        )
+    return list(range(num_model_layers - keep, num_model_layers))
+
+
+def features_from_layer_logits(layer_logits: torch.Tensor, use_layer_diff: bool = False, eps: float = 1e-12) -> torch.Tensor:
+    """Turn per-layer answer logits into MEDS features.
+
+    Args:
+        layer_logits: ``(n, k)`` logits ``l_n`` of the kept layers, in layer order.
+        use_layer_diff: use the first differences ``l_{n+1} - l_n`` (``(n, k - 1)``) instead.
+        eps: guard against division by zero for an all-zero row.
+
+    Returns:
+        ``(n, k)`` (or ``(n, k - 1)``) float32 rows of unit L2 norm.
+
+    >>> features_from_layer_logits(torch.tensor([[3.0, 4.0]]))
+    tensor([[0.6000, 0.8000]])
+    >>> features_from_layer_logits(torch.tensor([[1.0, 4.0, 8.0]]), use_layer_diff=True)
+    tensor([[0.6000, 0.8000]])
+    """
+    if layer_logits.ndim != 2:
+        raise ValueError(f"layer_logits must be (n, k), got shape {tuple(layer_logits.shape)}.")
+    values = layer_logits.float()
+    if use_layer_diff:
+        if values.size(1) < 2:
+            raise ValueError("Layer differences need at least 2 kept layers; raise meds_num_layers.")
+        values = values[:, 1:] - values[:, :-1]
+    return values / values.norm(dim=1, keepdim=True).clamp_min(eps)
+
+
+def _layer_output_tensor(output) -> torch.Tensor:
+    # transformers >= 5 decoder layers return a Tensor; older ones a tuple whose first item is the state.
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class AnswerLogitCapture:
+    """Forward hooks that keep, for each kept layer, the hidden state at each row's answer position.
+
+    Use as a context manager around any forward pass(es) of the model over the batch the positions
+    refer to; the batch may be run in consecutive row chunks (as TRL does), each hook tracks its row
+    offset. Afterwards :meth:`layer_logits` gives ``(B, k)`` logits ``h_n · W[y*] (+ b[y*])``.
+
+    Args:
+        parts: from :func:`resolve_decoder`.
+        layer_indices: kept layers (see :func:`select_layers`).
+        query_positions: ``(B,)`` absolute positions (in the sequences the forward sees) whose hidden
+            state predicts the target; rows with a negative position are skipped (zeros).
+        logit_lens: apply the final norm to every kept layer. Without it only the last layer is
+            normed, exactly like ``lm_head(hidden_states[l])`` of Hugging Face's
+            ``output_hidden_states`` (whose last element already has the final norm).
+    """
+
+    def __init__(
+        self,
+        parts: DecoderParts,
+        layer_indices: Sequence[int],
+        query_positions: torch.Tensor,
+        logit_lens: bool = False,
+    ):
+        self.parts = parts
+        self.layer_indices = list(layer_indices)
+        self.query_positions = query_positions.long()
+        self.logit_lens = logit_lens
+        self._states: dict[int, list[torch.Tensor]] = {i: [] for i in self.layer_indices}
+        self._rows_seen: dict[int, int] = dict.fromkeys(self.layer_indices, 0)
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+
+    def _make_hook(self, layer_index: int):
+        def hook(module, args, output):
+            hidden = _layer_output_tensor(output)
+            start = self._rows_seen[layer_index]
+            rows = hidden.size(0)
+            positions = self.query_positions[start : start + rows].to(hidden.device)
+            self._rows_seen[layer_index] = start + rows
+            picked = hidden[torch.arange(rows, device=hidden.device), positions.clamp_min(0)]
+            self._states[layer_index].append(picked.detach().float())
+
+        return hook
+
+    def __enter__(self) -> AnswerLogitCapture:
+        for layer_index in self.layer_indices:
+            handle = self.parts.layers[layer_index].register_forward_hook(self._make_hook(layer_index))
+            self._handles.append(handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    @property
+    def complete(self) -> bool:
+        """Whether every kept layer saw every row exactly once."""
+        total = self.query_positions.numel()
+        return all(seen == total for seen in self._rows_seen.values())
+
+    def hidden_states(self) -> torch.Tensor:
+        """``(B, k, H)`` captured states (float32), in layer order."""
+        if not self.complete:
+            raise RuntimeError(
+                f"The hooks saw {self._rows_seen} rows per layer, expected {self.query_positions.numel()}: "
+                "the capture must wrap forward passes over exactly the batch its positions refer to."
+            )
+        return torch.stack([torch.cat(self._states[i], dim=0) for i in self.layer_indices], dim=1)
+
+    @torch.no_grad()
+    def layer_logits(self, target_ids: torch.Tensor) -> torch.Tensor:
+        """``(B, k)`` per-layer logits of ``target_ids`` ``(B,)`` (float32); skipped rows are 0."""
+        states = self.hidden_states()  # (B, k, H)
+        num_model_layers = len(self.parts.layers)
+        norm = self.parts.final_norm
+        if norm is not None:
+            norm_dtype = next(norm.parameters(), states).dtype
+            for column, layer_index in enumerate(self.layer_indices):
+                if self.logit_lens or layer_index == num_model_layers - 1:
+                    states[:, column] = norm(states[:, column].to(norm_dtype)).float()
+        weight = self.parts.lm_head.weight
+        targets = target_ids.long().to(weight.device)
+        rows = weight[targets].float().to(states.device)  # (B, H): one LM-head row per sample
+        logits = torch.einsum("bkh,bh->bk", states, rows)
+        bias = getattr(self.parts.lm_head, "bias", None)
+        if bias is not None:
+            logits = logits + bias[targets].float().to(states.device).unsqueeze(1)
+        return logits.masked_fill((self.query_positions < 0).to(logits.device).unsqueeze(1), 0.0)
+
+
+def answer_prefix_batch(
+    prompt_ids_list: Sequence[Sequence[int]],
+    completion_ids_list: Sequence[Sequence[int]],
+    locations: Sequence[AnswerLocation],
+    pad_token_id: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded prompt + completion prefixes that end at each answer's query position.
+
+    Right padding keeps every real token at its natural position (0, 1, ...), so the features of a
+    row do not depend on what else is in the batch.
+
+    Returns:
+        ``input_ids`` ``(n, L)``, ``attention_mask`` ``(n, L)`` and ``query_positions`` ``(n,)``
+        (the last real token of each row).
+    """
+    if not (len(prompt_ids_list) == len(completion_ids_list) == len(locations)):
+        raise ValueError(
+            f"Got {len(prompt_ids_list)} prompts, {len(completion_ids_list)} completions and {len(locations)} "
+            "answer locations; they must align one to one."
+        )
+    # query_index == -1 (the answer starts in the first completion token) ends the row at the prompt.
+    sequences = [
+        list(prompt) + list(completion)[: loc.query_index + 1]
+        for prompt, completion, loc in zip(prompt_ids_list, completion_ids_list, locations, strict=True)
+    ]
+    length = max((len(s) for s in sequences), default=0)
+    input_ids = torch.full((len(sequences), length), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+        attention_mask[row, : len(sequence)] = 1
+    query_positions = attention_mask.sum(dim=1) - 1
+    return input_ids, attention_mask, query_positions
+
+
+@torch.no_grad()
+def answer_logit_features(
+    model: nn.Module,
+    prompt_ids_list: Sequence[Sequence[int]],
+    completion_ids_list: Sequence[Sequence[int]],
+    locations: Sequence[AnswerLocation | None],
+    layer_indices: Sequence[int] | None = None,
+    *,
+    pad_token_id: int = 0,
+    logit_lens: bool = False,
+    use_layer_diff: bool = False,
+    batch_size: int | None = None,
+    autocast: contextlib.AbstractContextManager | None = None,
+    parts: DecoderParts | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MEDS features from one no-grad forward of the decoder body over the answer prefixes.
+
+    Args:
+        model: the policy (plain, PEFT- or DDP-wrapped; LoRA stays active).
+        prompt_ids_list, completion_ids_list: ``B`` unpadded token lists.
+        locations: ``B`` results of :func:`locate_answer_token`; ``None`` rows get no feature.
+        layer_indices: kept layers; default the last half (:func:`select_layers`).
+        pad_token_id: id used for right padding (masked out).
+        logit_lens, use_layer_diff: see :class:`AnswerLogitCapture` and :func:`features_from_layer_logits`.
+        batch_size: rows per forward chunk (default: all at once).
+        autocast: context to run the forward in (e.g. ``accelerator.autocast()``).
+        parts: pre-resolved :class:`DecoderParts` (default: :func:`resolve_decoder`).
+
+    Returns:
+        ``features`` ``(B, d)`` float32 (zero rows where there is no feature), ``has_feature`` ``(B,)``
+        bool, and the raw per-layer logits ``(B, k)``.
+    """
+    parts = parts or resolve_decoder(model)
+    layer_indices = select_layers(len(parts.layers)) if layer_indices is None else list(layer_indices)
+    num_rows = len(locations)
+    has_feature = torch.tensor([loc is not None for loc in locations], dtype=torch.bool)
+    kept = [i for i, loc in enumerate(locations) if loc is not None]
+    dim = len(layer_indices) - 1 if use_layer_diff else len(layer_indices)
+    weight = parts.lm_head.weight
+    features = torch.zeros((num_rows, dim), dtype=torch.float32)
+    layer_logits = torch.zeros((num_rows, len(layer_indices)), dtype=torch.float32)
+    if not kept:
+        return features, has_feature, layer_logits
+    input_ids, attention_mask, query_positions = answer_prefix_batch(
+        [prompt_ids_list[i] for i in kept],
+        [completion_ids_list[i] for i in kept],
+        [locations[i] for i in kept],
+        pad_token_id,
+    )
+    target_ids = torch.tensor([locations[i].target_id for i in kept], dtype=torch.long)
+    device = weight.device
+    chunk = batch_size or len(kept)
+    capture = AnswerLogitCapture(parts, layer_indices, query_positions, logit_lens=logit_lens)
+    with capture:
+        for start in range(0, len(kept), chunk):
+            rows = slice(start, start + chunk)
+            length = int(attention_mask[rows].sum(dim=1).max())  # drop the chunk's all-pad tail
+            with autocast if autocast is not None else contextlib.nullcontext():
+                parts.body(
+                    input_ids=input_ids[rows, :length].to(device),
+                    attention_mask=attention_mask[rows, :length].to(device),
+                    use_cache=False,
+                )
+    logits = capture.layer_logits(target_ids).cpu()
+    layer_logits[kept] = logits
+    features[kept] = features_from_layer_logits(logits, use_layer_diff=use_layer_diff)
+    return features, has_feature, layer_logits
