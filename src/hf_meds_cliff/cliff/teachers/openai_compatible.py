@@ -1,0 +1,230 @@
+"""A teacher behind any OpenAI-compatible ``/chat/completions`` endpoint.
+
+Works with ``vllm serve``, SGLang, ``transformers serve`` and hosted APIs. Serving a teacher beside
+training on the same node, e.g.::
+
+    CUDA_VISIBLE_DEVICES=7 vllm serve Qwen/Qwen3-32B --port 8001 --max-model-len 16384 &
+    accelerate launch --num_processes 7 scripts/train_cliff.py ... \\
+        --teacher_base_url http://127.0.0.1:8001/v1 --teacher_model Qwen/Qwen3-32B
+
+Robustness: a bounded number of requests in flight (a semaphore per event loop), a per-request
+timeout, and retries with exponential backoff and jitter on timeouts, connection errors, HTTP 429
+and 5xx. Other HTTP errors are not retried. Every failure ends as a :class:`Judgment` status (or
+``None`` from :meth:`solve`) and a counter; nothing raises into the trainer. The API key is read
+from an environment variable whose *name* is configured; the key itself is never logged or shown
+in ``repr``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ..judging import build_judge_messages, build_solve_messages, parse_judgment
+from .base import Judgment
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OpenAICompatibleTeacher"]
+
+_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class _RequestFailed(Exception):
+    """A request failed for good (after retries); ``kind`` is a judgment status."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class OpenAICompatibleTeacher:
+    """Teacher served by an OpenAI-compatible chat-completions endpoint.
+
+    Args:
+        base_url: API root including the version, e.g. ``http://127.0.0.1:8000/v1``.
+        model: the ``model`` field of requests (for ``transformers serve``: the model path it serves).
+        api_key_env: name of the environment variable holding the API key (``None``: no key, as for a
+            local ``vllm serve``). A name that is not set raises ``ValueError`` at construction.
+        max_concurrency: requests in flight at most (per event loop).
+        timeout: seconds per HTTP request (connect + read).
+        max_retries: retries after the first attempt for retryable failures.
+        backoff_base: first backoff in seconds; doubles per retry with +-50 %% jitter, capped by
+            ``backoff_max``.
+        solve_temperature / judge_temperature: sampling temperatures (the paper uses 0.6).
+        solve_max_tokens / judge_max_tokens: ``max_tokens`` of each request.
+        extra_body: extra JSON fields merged into every request (e.g. ``{"top_p": 0.95}`` or
+            ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
+        name: label used in logs and metrics (defaults to ``model``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = None,
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff_base: float = 1.0,
+        backoff_max: float = 30.0,
+        solve_temperature: float = 0.6,
+        judge_temperature: float = 0.6,
+        solve_max_tokens: int = 4096,
+        judge_max_tokens: int = 4096,
+        extra_body: dict[str, Any] | None = None,
+        name: str | None = None,
+    ):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"`base_url` must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}.")
+        if not isinstance(model, str):
+            raise TypeError(f"`model` must be a str, got {type(model).__name__}: {model!r}.")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"`max_concurrency` must be an int >= 1, got {max_concurrency!r}.")
+        if not (isinstance(max_retries, int) and max_retries >= 0):
+            raise ValueError(f"`max_retries` must be an int >= 0, got {max_retries!r}.")
+        for label, value in (("timeout", timeout), ("backoff_base", backoff_base), ("backoff_max", backoff_max)):
+            if not isinstance(value, (int, float)) or value < 0 or (label == "timeout" and value == 0):
+                raise ValueError(f"`{label}` must be a positive number of seconds, got {value!r}.")
+        self._api_key: str | None = None
+        if api_key_env:
+            if api_key_env not in os.environ:
+                raise ValueError(
+                    f"The teacher API key variable {api_key_env!r} is not set; export it or pass api_key_env=None "
+                    "for an endpoint without authentication."
+                )
+            self._api_key = os.environ[api_key_env]
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.name = name or model
+        self.max_concurrency = max_concurrency
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.solve_temperature = solve_temperature
+        self.judge_temperature = judge_temperature
+        self.solve_max_tokens = solve_max_tokens
+        self.judge_max_tokens = judge_max_tokens
+        self.extra_body = dict(extra_body or {})
+        self.counters: Counter[str] = Counter()
+        # httpx clients and asyncio semaphores are bound to the loop that first uses them; the trainer
+        # may run one loop per step (asyncio.run), so keep one pair per live loop.
+        self._per_loop: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
+        self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(base_url={self.base_url!r}, model={self.model!r}, "
+            f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency}, timeout={self.timeout})"
+        )
+
+    def _loop_resources(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        for stale in [other for other in self._per_loop if other.is_closed()]:
+            del self._per_loop[stale]  # its sockets died with the loop
+        if loop not in self._per_loop:
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout),
+                limits=httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency),
+            )
+            self._per_loop[loop] = (client, asyncio.Semaphore(self.max_concurrency))
+        return self._per_loop[loop]
+
+    def _backoff(self, attempt: int) -> float:
+        delay = min(self.backoff_max, self.backoff_base * (2**attempt))
+        return delay * self._rng.uniform(0.5, 1.5)
+
+    async def _chat(self, messages: list[dict[str, str]], temperature: float, max_tokens: int) -> str:
+        """Content of the first choice; raises :class:`_RequestFailed` after exhausting retries."""
+        client, semaphore = self._loop_resources()
+        payload = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            **self.extra_body,
+        }
+        last_kind, last_message = "error", ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.counters["retries"] += 1
+                await asyncio.sleep(self._backoff(attempt - 1))
+            self.counters["requests"] += 1
+            try:
+                async with semaphore:
+                    response = await client.post("/chat/completions", json=payload)
+            except httpx.TimeoutException as error:
+                last_kind, last_message = "timeout", f"timeout after {self.timeout}s: {type(error).__name__}"
+                continue
+            except httpx.TransportError as error:
+                last_kind, last_message = "connection_error", f"{type(error).__name__}: {error}"
+                continue
+            if response.status_code != 200:
+                last_kind, last_message = "http_error", f"HTTP {response.status_code}: {response.text[:300]}"
+                if response.status_code in _RETRYABLE_STATUS:
+                    continue
+                break
+            try:
+                body = response.json()
+                message = body["choices"][0]["message"]
+                content = message.get("content")
+                if content is None:
+                    content = message.get("reasoning_content") or ""
+                if not isinstance(content, str):
+                    raise TypeError(f"content is {type(content).__name__}")
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+                raise _RequestFailed("bad_response", f"not a chat completion ({error}): {response.text[:300]}") from None
+            return content
+        raise _RequestFailed(last_kind, last_message)
+
+    async def solve(self, problem: str) -> str | None:
+        """A reference solution from the teacher (sampled at ``solve_temperature``); ``None`` on failure."""
+        self.counters["solve_calls"] += 1
+        try:
+            return await self._chat(build_solve_messages(problem), self.solve_temperature, self.solve_max_tokens)
+        except _RequestFailed as failure:
+            self.counters[f"failures/{failure.kind}"] += 1
+            logger.warning("Teacher %s failed to solve a problem (%s): %s", self.name, failure.kind, failure)
+        except Exception as error:  # noqa: BLE001 - a teacher never stops training
+            self.counters["failures/error"] += 1
+            logger.exception("Teacher %s raised while solving: %s", self.name, error)
+        return None
+
+    async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
+        """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception."""
+        self.counters["judge_calls"] += 1
+        try:
+            messages = build_judge_messages(problem, reference, sentences)
+            answer = await self._chat(messages, self.judge_temperature, self.judge_max_tokens)
+        except _RequestFailed as failure:
+            self.counters[f"failures/{failure.kind}"] += 1
+            logger.warning("Teacher %s failed to judge (%s): %s", self.name, failure.kind, failure)
+            return Judgment(None, None, failure.kind, str(failure))
+        except Exception as error:  # noqa: BLE001 - a teacher never stops training
+            self.counters["failures/error"] += 1
+            logger.exception("Teacher %s raised while judging: %s", self.name, error)
+            return Judgment(None, None, "error", f"{type(error).__name__}: {error}")
+        judgment = parse_judgment(answer, len(sentences))
+        if judgment.status != "ok":
+            self.counters[f"failures/{judgment.status}"] += 1
+        return judgment
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        resources = self._per_loop.pop(loop, None)
+        if resources is not None:
+            await resources[0].aclose()
+        self._per_loop.clear()  # clients of other (closed) loops cannot be closed from here
