@@ -1,0 +1,780 @@
+"""Per-prompt error memory of MEDS: k-NN assignment to the previous fit, then an HDBSCAN refit.
+
+One :class:`ErrorMemory` holds, for every key (the trainer uses ``(prompt key, is_correct)``), the
+L2-normalised features of all completions seen so far, their HDBSCAN labels from the last fit and
+that fit's minimum spanning tree. :meth:`ErrorMemory.assign_and_update` is the whole per-step
+algorithm of the spec (``shared/spec/meds.md``, step 3):
+
+1. every new row is assigned a cluster by a k-nearest-neighbour vote over the stored rows of its
+   key and their labels *from the previous fit* (cosine similarity, which on L2-normalised rows
+   orders neighbours exactly like the euclidean distance); its cluster size is the number of
+   stored rows carrying the voted label. Rows sharing a key in one call are all assigned against
+   the memory as it was before the call; empty memory ⇒ size 0;
+2. the rows are appended and HDBSCAN is refitted on every touched key (``min_cluster_size``,
+   ``min_samples``, euclidean, excess-of-mass selection, no single cluster; fewer than 2 rows ⇒
+   all noise).
+
+Semantics follow the reference implementation (``recipe/MEDS/layer_logits_utils.py``):
+
+* k-NN: ``k = min(knn_k, stored rows)``; neighbours ranked by decreasing cosine similarity, equal
+  similarities broken by insertion order (older row first); the vote takes the most frequent
+  label and breaks count ties towards the *smallest* label (``np.unique`` + ``argmax`` in the
+  reference), so the noise label ``-1`` wins a tie.
+* ``noise_policy="cluster"`` (reference): noise is a label like any other, a row voted into noise
+  gets the number of stored noise rows. ``"ignore"`` (paper wording): noise ⇒ size 0.
+* Mutual reachability uses the ``min_samples``-th nearest *other* row as core distance (what both
+  ``hdbscan`` and ``fast_hdbscan`` compute); for ``min_samples=1`` it equals the euclidean
+  distance, because a point's nearest-neighbour distance never exceeds its distance to any other
+  point.
+
+How the fit is made fast and still exact. With ``min_samples=1`` (paper and default) the
+single-linkage hierarchy is the euclidean minimum spanning tree, and the MST of the old rows plus
+the new ones is the MST of (old MST edges ∪ every edge touching a new row) by the cycle property.
+So a step costs ``O(m · n · d)`` distance evaluations per key (``m`` new rows, ``n`` stored)
+instead of a full HDBSCAN, and the tree is then condensed and its clusters selected by
+``fast_hdbscan``'s own numba routines (``clusters_from_spanning_tree``), i.e. the same labels as
+``fast_hdbscan``/``hdbscan`` whenever pairwise distances are distinct (ties may change which of
+several equal-weight edges is kept, never the merge heights). Other ``min_samples`` values, a key
+after eviction, and a memory restored without trees use an exact dense Prim MST over the mutual
+reachability distances (``O(n² · d)``). Distances are computed from coordinate differences in
+float64, never through ``2 - 2·cos``, so near-duplicate rows keep their order.
+
+Eviction (``max_rows_per_key``, default ``None`` = unbounded as in the paper) drops the oldest
+rows of a key *after* appending and *before* the refit, so the stored labels always describe
+exactly the stored rows and the next step's cluster sizes count only rows still in memory.
+
+Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
+spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
+keys in a typed JSON encoding, counters). :meth:`ErrorMemory.load` restores a memory whose
+:meth:`~ErrorMemory.fingerprint` and future assignments equal the original's.
+
+>>> import numpy as np
+>>> memory = ErrorMemory()
+>>> step_1 = np.array([[1.0, 0.0], [0.99, 0.14], [0.0, 1.0], [0.14, 0.99], [0.5, 0.5], [-1.0, 0.05]])
+>>> memory.assign_and_update(["q"] * 6, step_1).tolist()  # empty memory
+[0, 0, 0, 0, 0, 0]
+>>> memory.stored_labels("q").tolist()
+[0, 0, 1, 1, 0, -1]
+>>> memory.assign_and_update(["q", "q", "new"], np.array([[1.0, 0.05], [0.05, 1.0], [1.0, 0.0]])).tolist()
+[3, 2, 0]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Hashable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+NOISE_LABEL = -1
+NOISE_POLICIES = ("cluster", "ignore")
+MEMORY_NPZ_NAME = "meds_memory.npz"
+MEMORY_JSON_NAME = "meds_memory.json"
+_FORMAT_VERSION = 1
+
+
+# --------------------------------------------------------------------------------------------
+# numba kernels (compiled on first use, cached in NUMBA_CACHE_DIR; nogil so callers may thread)
+# --------------------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _knn_vote(queries, stored, labels, k):  # pragma: no cover - numba
+    """k-NN majority vote of ``queries`` (m, d) over ``stored`` (n, d) with ``labels`` (n,).
+
+    Rows are L2-normalised, so decreasing dot product = increasing cosine distance. Equal
+    similarities keep the older (lower-index) row first; count ties go to the smallest label.
+    Returns the voted label per query, (m,) int64.
+    """
+    num_queries, dim = queries.shape
+    num_stored = stored.shape[0]
+    k = min(k, num_stored)
+    voted = np.empty(num_queries, dtype=np.int64)
+    best_similarity = np.empty(k, dtype=np.float64)
+    best_index = np.empty(k, dtype=np.int64)
+    for q in range(num_queries):
+        filled = 0
+        for j in range(num_stored):
+            similarity = 0.0
+            for c in range(dim):
+                similarity += queries[q, c] * stored[j, c]
+            if filled < k:
+                position = filled
+                filled += 1
+            elif similarity > best_similarity[k - 1]:
+                position = k - 1
+            else:
+                continue
+            while position > 0 and similarity > best_similarity[position - 1]:
+                best_similarity[position] = best_similarity[position - 1]
+                best_index[position] = best_index[position - 1]
+                position -= 1
+            best_similarity[position] = similarity
+            best_index[position] = j
+        best_label = 0
+        best_count = 0
+        for a in range(k):
+            label = labels[best_index[a]]
+            count = 0
+            for b in range(k):
+                if labels[best_index[b]] == label:
+                    count += 1
+            if count > best_count or (count == best_count and label < best_label):
+                best_count = count
+                best_label = label
+        voted[q] = best_label
+    return voted
+
+
+@numba.njit(cache=True, nogil=True)
+def _find_root(parents, node):  # pragma: no cover - numba
+    while parents[node] != node:
+        parents[node] = parents[parents[node]]
+        node = parents[node]
+    return node
+
+
+@numba.njit(cache=True, nogil=True)
+def _extend_spanning_tree(points, old_tree, num_old):  # pragma: no cover - numba
+    """Euclidean MST of ``points`` (n, d) given the MST ``old_tree`` (num_old - 1, 3) of its first
+    ``num_old`` rows: Kruskal over the old tree's edges plus every edge touching a new row.
+
+    Returns (n - 1, 3) float64 rows ``(i, j, distance)``. Equal weights keep candidate order
+    (old edges first, then new rows in order), so the result is deterministic.
+    """
+    num_points, dim = points.shape
+    num_old_edges = old_tree.shape[0]
+    num_new_edges = 0
+    for j in range(num_old, num_points):
+        num_new_edges += j
+    num_edges = num_old_edges + num_new_edges
+    sources = np.empty(num_edges, dtype=np.int64)
+    targets = np.empty(num_edges, dtype=np.int64)
+    weights = np.empty(num_edges, dtype=np.float64)
+    for e in range(num_old_edges):
+        sources[e] = np.int64(old_tree[e, 0])
+        targets[e] = np.int64(old_tree[e, 1])
+        weights[e] = old_tree[e, 2]
+    e = num_old_edges
+    for j in range(num_old, num_points):
+        for i in range(j):
+            squared = 0.0
+            for c in range(dim):
+                diff = points[i, c] - points[j, c]
+                squared += diff * diff
+            sources[e] = i
+            targets[e] = j
+            weights[e] = math.sqrt(squared)
+            e += 1
+    order = np.argsort(weights, kind="mergesort")
+    parents = np.arange(num_points)
+    tree = np.empty((max(num_points - 1, 0), 3), dtype=np.float64)
+    added = 0
+    for position in range(num_edges):
+        if added == num_points - 1:
+            break
+        e = order[position]
+        root_a = _find_root(parents, sources[e])
+        root_b = _find_root(parents, targets[e])
+        if root_a == root_b:
+            continue
+        parents[root_a] = root_b
+        tree[added, 0] = sources[e]
+        tree[added, 1] = targets[e]
+        tree[added, 2] = weights[e]
+        added += 1
+    return tree
+
+
+@numba.njit(cache=True, nogil=True)
+def _core_distances(points, min_samples):  # pragma: no cover - numba
+    """Distance of each row of ``points`` (n, d) to its ``min_samples``-th nearest other row
+    (clipped to ``n - 1``, at least 1), as ``hdbscan``/``fast_hdbscan`` define it. Returns (n,)."""
+    num_points, dim = points.shape
+    k = max(1, min(min_samples, num_points - 1))
+    core = np.zeros(num_points, dtype=np.float64)
+    if num_points < 2:
+        return core
+    distances = np.empty(num_points - 1, dtype=np.float64)
+    for i in range(num_points):
+        position = 0
+        for j in range(num_points):
+            if j == i:
+                continue
+            squared = 0.0
+            for c in range(dim):
+                diff = points[i, c] - points[j, c]
+                squared += diff * diff
+            distances[position] = math.sqrt(squared)
+            position += 1
+        core[i] = np.sort(distances)[k - 1]
+    return core
+
+
+@numba.njit(cache=True, nogil=True)
+def _dense_spanning_tree(points, core):  # pragma: no cover - numba
+    """Exact Prim MST of ``points`` (n, d) under mutual reachability
+    ``max(core[i], core[j], ||x_i - x_j||)``; ``core`` (n,). Ties pick the lowest index.
+    Returns (n - 1, 3) float64 rows ``(i, j, weight)``."""
+    num_points, dim = points.shape
+    tree = np.empty((max(num_points - 1, 0), 3), dtype=np.float64)
+    if num_points < 2:
+        return tree
+    in_tree = np.zeros(num_points, dtype=np.bool_)
+    best_weight = np.full(num_points, np.inf)
+    best_source = np.zeros(num_points, dtype=np.int64)
+    current = 0
+    in_tree[0] = True
+    for edge in range(num_points - 1):
+        next_node = -1
+        next_weight = np.inf
+        for v in range(num_points):
+            if in_tree[v]:
+                continue
+            squared = 0.0
+            for c in range(dim):
+                diff = points[current, c] - points[v, c]
+                squared += diff * diff
+            weight = max(math.sqrt(squared), core[current], core[v])
+            if weight < best_weight[v]:
+                best_weight[v] = weight
+                best_source[v] = current
+            if best_weight[v] < next_weight:
+                next_weight = best_weight[v]
+                next_node = v
+        tree[edge, 0] = best_source[next_node]
+        tree[edge, 1] = next_node
+        tree[edge, 2] = next_weight
+        in_tree[next_node] = True
+        current = next_node
+    return tree
+
+
+def labels_from_spanning_tree(spanning_tree: np.ndarray, min_cluster_size: int) -> np.ndarray:
+    """HDBSCAN labels (n,) int64 of the points of a spanning tree (n - 1, 3) of ``(i, j, weight)``.
+
+    Condensed tree and excess-of-mass selection (no single cluster) are ``fast_hdbscan``'s
+    (imported here, lazily: its numba import takes seconds). Fewer than 2 points ⇒ all noise.
+    """
+    num_points = spanning_tree.shape[0] + 1
+    if num_points < 2:
+        return np.full(num_points, NOISE_LABEL, dtype=np.int64)
+    from fast_hdbscan.hdbscan import clusters_from_spanning_tree
+
+    labels = clusters_from_spanning_tree(
+        spanning_tree, min_cluster_size=min_cluster_size, allow_single_cluster=False
+    )[0]
+    return np.asarray(labels, dtype=np.int64)
+
+
+def hdbscan_labels(features: np.ndarray, min_cluster_size: int = 2, min_samples: int = 1) -> np.ndarray:
+    """HDBSCAN labels (n,) of ``features`` (n, d) with the memory's semantics, from scratch.
+
+    Rows are L2-normalised first; euclidean metric; fewer than 2 rows ⇒ all noise.
+    """
+    points = _normalise_rows(np.asarray(features, dtype=np.float64))
+    if points.shape[0] < 2:
+        return np.full(points.shape[0], NOISE_LABEL, dtype=np.int64)
+    core = _core_distances(points, min_samples) if min_samples > 1 else np.zeros(points.shape[0])
+    return labels_from_spanning_tree(_dense_spanning_tree(points, core), min_cluster_size)
+
+
+# --------------------------------------------------------------------------------------------
+# keys
+# --------------------------------------------------------------------------------------------
+
+
+def _canonical_key(key: Any) -> Hashable:
+    """Key with numpy scalars turned into Python ones; raises TypeError for unsupported types."""
+    if isinstance(key, (bool, np.bool_)):
+        return bool(key)
+    if isinstance(key, (int, np.integer)):
+        return int(key)
+    if isinstance(key, str):
+        return str(key)
+    if isinstance(key, tuple):
+        return tuple(_canonical_key(part) for part in key)
+    raise TypeError(
+        f"ErrorMemory keys must be str, int, bool or tuples of them (so checkpoints can store them "
+        f"as JSON), got {key!r} of type {type(key).__name__}; convert it, e.g. to "
+        f"(prompt_key, bool(is_correct))."
+    )
+
+
+def _encode_key(key: Hashable) -> list:
+    if isinstance(key, bool):
+        return ["b", key]
+    if isinstance(key, int):
+        return ["i", key]
+    if isinstance(key, str):
+        return ["s", key]
+    return ["t", [_encode_key(part) for part in key]]  # canonical keys are only these four types
+
+
+def _decode_key(encoded: Any) -> Hashable:
+    if not (isinstance(encoded, list) and len(encoded) == 2):
+        raise ValueError(f"Malformed key {encoded!r} in {MEMORY_JSON_NAME}; the file is corrupt.")
+    kind, value = encoded
+    if kind == "b" and isinstance(value, bool):
+        return value
+    if kind == "i" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "s" and isinstance(value, str):
+        return value
+    if kind == "t" and isinstance(value, list):
+        return tuple(_decode_key(part) for part in value)
+    raise ValueError(f"Malformed key {encoded!r} in {MEMORY_JSON_NAME}; the file is corrupt.")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _normalise_rows(features: np.ndarray) -> np.ndarray:
+    """L2-normalised copy of (n, d) float64 rows; all-zero rows stay zero."""
+    norms = np.linalg.norm(features, axis=1, keepdims=True)
+    return np.ascontiguousarray(features / np.where(norms > 0.0, norms, 1.0))
+
+
+def _as_feature_matrix(features: Any) -> np.ndarray:
+    if hasattr(features, "detach"):  # torch tensor, without importing torch
+        features = features.detach().double().cpu().numpy()
+    try:
+        matrix = np.asarray(features, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"features must be a numeric (n, d) array, got {type(features).__name__}; pass a numpy "
+            f"array or a tensor of floats."
+        ) from error
+    if matrix.ndim != 2:
+        raise ValueError(
+            f"features must have shape (n, d), got shape {matrix.shape}; stack one feature vector "
+            f"per row (use features.reshape(1, -1) for a single row)."
+        )
+    if not np.all(np.isfinite(matrix)):
+        bad_rows = np.flatnonzero(~np.all(np.isfinite(matrix), axis=1)).tolist()
+        raise ValueError(
+            f"features contain NaN or inf in rows {bad_rows[:10]}; drop rows without a valid "
+            f"feature before calling assign_and_update (they carry cluster size 0)."
+        )
+    return matrix
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r} ({type(value).__name__}).")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}; set it to {minimum} or more.")
+    return int(value)
+
+
+class _KeyMemory:
+    """Stored rows of one key: features (n, d), row ids (n,), labels (n,) and the MST of the last
+    fit ((n - 1, 3), or None when it must be rebuilt densely)."""
+
+    __slots__ = ("features", "row_ids", "labels", "spanning_tree")
+
+    def __init__(self, dim: int):
+        self.features = np.zeros((0, dim), dtype=np.float64)
+        self.row_ids = np.zeros(0, dtype=np.int64)
+        self.labels = np.zeros(0, dtype=np.int64)
+        self.spanning_tree: np.ndarray | None = np.zeros((0, 3), dtype=np.float64)
+
+    @property
+    def num_rows(self) -> int:
+        return self.features.shape[0]
+
+
+class ErrorMemory:
+    """Per-key memory of past features with HDBSCAN clusters (MEDS step 3; see module docstring).
+
+    Args:
+        min_cluster_size: HDBSCAN ``min_cluster_size`` (paper: 2; must be >= 2).
+        min_samples: HDBSCAN ``min_samples`` (paper: 1). 1 enables the incremental spanning tree.
+        knn_k: neighbours in the assignment vote (reference: 3).
+        noise_policy: ``"cluster"`` (reference: a row voted into noise gets the number of stored
+            noise rows) or ``"ignore"`` (noise ⇒ size 0).
+        max_rows_per_key: keep at most this many rows per key, dropping the oldest before each
+            refit; ``None`` (default, as in the paper) keeps everything.
+
+    The memory is deterministic: the same sequence of calls gives the same state on every process,
+    which :meth:`fingerprint` lets trainers check across ranks.
+    """
+
+    def __init__(
+        self,
+        min_cluster_size: int = 2,
+        min_samples: int = 1,
+        knn_k: int = 3,
+        noise_policy: str = "cluster",
+        max_rows_per_key: int | None = None,
+    ):
+        self.min_cluster_size = _check_int("min_cluster_size", min_cluster_size, 2)
+        self.min_samples = _check_int("min_samples", min_samples, 1)
+        self.knn_k = _check_int("knn_k", knn_k, 1)
+        if noise_policy not in NOISE_POLICIES:
+            raise ValueError(
+                f"noise_policy must be one of {NOISE_POLICIES}, got {noise_policy!r}; use 'cluster' "
+                f"(reference: noise counts as a cluster) or 'ignore' (noise gets size 0)."
+            )
+        self.noise_policy = noise_policy
+        self.max_rows_per_key = (
+            None if max_rows_per_key is None else _check_int("max_rows_per_key", max_rows_per_key, 1)
+        )
+        self._entries: dict[Hashable, _KeyMemory] = {}
+        self._dim: int | None = None
+        self._next_row_id = 0
+        self._num_updates = 0
+        self._last_stats: dict[str, float] = {}
+
+    # ---------------------------------------------------------------- inspection
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments, JSON-able."""
+        return {
+            "min_cluster_size": self.min_cluster_size,
+            "min_samples": self.min_samples,
+            "knn_k": self.knn_k,
+            "noise_policy": self.noise_policy,
+            "max_rows_per_key": self.max_rows_per_key,
+        }
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{name}={value!r}" for name, value in self.config().items())
+        return f"ErrorMemory({arguments}) with {self.num_rows} rows in {self.num_keys} keys"
+
+    def __len__(self) -> int:
+        return self.num_keys
+
+    def __contains__(self, key: Any) -> bool:
+        try:
+            return _canonical_key(key) in self._entries
+        except TypeError:
+            return False
+
+    @property
+    def num_keys(self) -> int:
+        return len(self._entries)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(entry.num_rows for entry in self._entries.values())
+
+    @property
+    def num_updates(self) -> int:
+        """Number of :meth:`assign_and_update` calls with at least one row."""
+        return self._num_updates
+
+    def keys(self) -> list[Hashable]:
+        """Keys in order of first appearance."""
+        return list(self._entries)
+
+    def stored_features(self, key: Hashable) -> np.ndarray:
+        """Stored L2-normalised features (n, d) of ``key`` (a copy), oldest first."""
+        return self._entry(key).features.copy()
+
+    def stored_labels(self, key: Hashable) -> np.ndarray:
+        """Labels (n,) of the last fit of ``key`` (-1 = noise), aligned with :meth:`stored_features`."""
+        return self._entry(key).labels.copy()
+
+    def _entry(self, key: Hashable) -> _KeyMemory:
+        canonical = _canonical_key(key)
+        if canonical not in self._entries:
+            raise KeyError(f"{key!r} is not in the memory; known keys: {self.num_keys}.")
+        return self._entries[canonical]
+
+    def last_step_stats(self) -> dict[str, float]:
+        """Statistics of the last :meth:`assign_and_update` call, for the trainer's ``meds/`` logs.
+
+        Keys: ``rows`` and ``keys`` (of the call), ``new_keys``, ``assigned_rows`` (rows that met a
+        fitted memory), ``mean_cluster_size``/``max_cluster_size`` (returned sizes),
+        ``assigned_noise_fraction`` (rows voted into noise / rows), ``clusters_per_key`` (mean number
+        of non-noise clusters of the touched keys after the refit), ``noise_fraction`` (stored noise
+        rows / stored rows of the touched keys), ``memory_rows``, ``memory_keys``, ``evicted_rows``,
+        ``assign_seconds``, ``fit_seconds``. Empty before the first call.
+        """
+        return dict(self._last_stats)
+
+    # ---------------------------------------------------------------- the step
+
+    def assign_and_update(self, keys: Iterable[Hashable], features: Any) -> np.ndarray:
+        """Cluster sizes of the new rows under the previous fit, then append and refit.
+
+        Args:
+            keys: n hashables (str, int, bool or tuples of them), one per row.
+            features: (n, d) floats (numpy array or CPU/GPU tensor), L2-normalised here; ``d``
+                must stay the same for the life of the memory.
+
+        Returns:
+            (n,) int64: per row, the number of stored rows (before this call) carrying the label its
+            k nearest stored neighbours of the same key vote for; 0 for a key without stored rows
+            (and for noise under ``noise_policy="ignore"``).
+        """
+        matrix = _as_feature_matrix(features)
+        keys = list(keys)
+        if len(keys) != matrix.shape[0]:
+            raise ValueError(
+                f"keys has {len(keys)} entries but features has {matrix.shape[0]} rows; pass one key "
+                f"per feature row."
+            )
+        if self._dim is not None and matrix.shape[0] > 0 and matrix.shape[1] != self._dim:
+            raise ValueError(
+                f"features have width {matrix.shape[1]} but this memory stores width {self._dim}; keep "
+                f"the feature options (layers, differences) fixed for a run or start a new ErrorMemory."
+            )
+        num_rows = matrix.shape[0]
+        cluster_sizes = np.zeros(num_rows, dtype=np.int64)
+        if num_rows == 0:
+            self._last_stats = self._stats(0, {}, cluster_sizes, 0, 0, 0, 0, 0.0, 0.0)
+            return cluster_sizes
+        if matrix.shape[1] == 0:
+            raise ValueError("features have width 0; each row needs at least one value.")
+        points = _normalise_rows(matrix)
+
+        groups: dict[Hashable, list[int]] = {}
+        try:
+            for row, key in enumerate(keys):
+                groups.setdefault(key, []).append(row)
+        except TypeError as error:
+            raise TypeError(f"ErrorMemory keys must be hashable: {error}") from error
+        rows_by_key: dict[Hashable, np.ndarray] = {}
+        for key, rows in groups.items():
+            canonical = _canonical_key(key)
+            indices = np.asarray(rows, dtype=np.int64)
+            if canonical in rows_by_key:  # e.g. np.str_ and str spellings of one key
+                indices = np.sort(np.concatenate([rows_by_key[canonical], indices]))
+            rows_by_key[canonical] = indices
+
+        start = time.perf_counter()
+        assigned_rows = 0
+        assigned_noise = 0
+        for key, rows in rows_by_key.items():
+            entry = self._entries.get(key)
+            if entry is None or entry.num_rows == 0:
+                continue
+            voted = _knn_vote(points[rows], entry.features, entry.labels, self.knn_k)
+            unique_labels, counts = np.unique(entry.labels, return_counts=True)
+            sizes = counts[np.searchsorted(unique_labels, voted)]
+            is_noise = voted == NOISE_LABEL
+            if self.noise_policy == "ignore":
+                sizes = np.where(is_noise, 0, sizes)
+            cluster_sizes[rows] = sizes
+            assigned_rows += rows.shape[0]
+            assigned_noise += int(is_noise.sum())
+        assign_seconds = time.perf_counter() - start
+
+        start = time.perf_counter()
+        if self._dim is None:
+            self._dim = points.shape[1]
+        new_keys = 0
+        evicted_rows = 0
+        for key, rows in rows_by_key.items():
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _KeyMemory(self._dim)
+                new_keys += 1
+            evicted_rows += self._append_and_refit(entry, points[rows])
+        fit_seconds = time.perf_counter() - start
+        self._num_updates += 1
+        self._last_stats = self._stats(
+            num_rows,
+            rows_by_key,
+            cluster_sizes,
+            new_keys,
+            assigned_rows,
+            assigned_noise,
+            evicted_rows,
+            assign_seconds,
+            fit_seconds,
+        )
+        return cluster_sizes
+
+    def _append_and_refit(self, entry: _KeyMemory, new_points: np.ndarray) -> int:
+        """Append rows to one key, evict the oldest beyond the cap, refit. Returns rows evicted."""
+        num_old = entry.num_rows
+        num_new = new_points.shape[0]
+        entry.features = np.ascontiguousarray(np.concatenate([entry.features, new_points]))
+        entry.row_ids = np.concatenate(
+            [entry.row_ids, np.arange(self._next_row_id, self._next_row_id + num_new, dtype=np.int64)]
+        )
+        self._next_row_id += num_new
+        evicted = 0
+        if self.max_rows_per_key is not None and entry.num_rows > self.max_rows_per_key:
+            evicted = entry.num_rows - self.max_rows_per_key
+            entry.features = np.ascontiguousarray(entry.features[evicted:])
+            entry.row_ids = entry.row_ids[evicted:]
+        entry.spanning_tree = self._spanning_tree(entry, num_old, rebuild=evicted > 0)
+        entry.labels = labels_from_spanning_tree(entry.spanning_tree, self.min_cluster_size)
+        return evicted
+
+    def _spanning_tree(self, entry: _KeyMemory, num_old: int, rebuild: bool) -> np.ndarray:
+        points = entry.features
+        if self.min_samples == 1:
+            if rebuild or entry.spanning_tree is None:
+                return _dense_spanning_tree(points, np.zeros(points.shape[0]))
+            return _extend_spanning_tree(points, entry.spanning_tree, num_old)
+        return _dense_spanning_tree(points, _core_distances(points, self.min_samples))
+
+    def _stats(
+        self,
+        num_rows: int,
+        rows_by_key: dict[Hashable, np.ndarray],
+        cluster_sizes: np.ndarray,
+        new_keys: int,
+        assigned_rows: int,
+        assigned_noise: int,
+        evicted_rows: int,
+        assign_seconds: float,
+        fit_seconds: float,
+    ) -> dict[str, float]:
+        clusters = 0
+        stored = 0
+        stored_noise = 0
+        for key in rows_by_key:
+            labels = self._entries[key].labels
+            clusters += int(np.unique(labels[labels != NOISE_LABEL]).shape[0])
+            stored += labels.shape[0]
+            stored_noise += int((labels == NOISE_LABEL).sum())
+        num_keys = len(rows_by_key)
+        return {
+            "rows": float(num_rows),
+            "keys": float(num_keys),
+            "new_keys": float(new_keys),
+            "assigned_rows": float(assigned_rows),
+            "mean_cluster_size": float(cluster_sizes.mean()) if num_rows else 0.0,
+            "max_cluster_size": float(cluster_sizes.max()) if num_rows else 0.0,
+            "assigned_noise_fraction": assigned_noise / num_rows if num_rows else 0.0,
+            "clusters_per_key": clusters / num_keys if num_keys else 0.0,
+            "noise_fraction": stored_noise / stored if stored else 0.0,
+            "memory_rows": float(self.num_rows),
+            "memory_keys": float(self.num_keys),
+            "evicted_rows": float(evicted_rows),
+            "assign_seconds": assign_seconds,
+            "fit_seconds": fit_seconds,
+        }
+
+    # ---------------------------------------------------------------- identity
+
+    def fingerprint(self) -> str:
+        """SHA-256 hex digest of the configuration, keys, counters and every stored array.
+
+        Two memories with equal fingerprints assign identical cluster sizes to any future input.
+        """
+        digest = hashlib.sha256()
+        header = {
+            "config": self.config(),
+            "dim": self._dim,
+            "next_row_id": self._next_row_id,
+            "keys": [_encode_key(key) for key in self._entries],
+        }
+        digest.update(json.dumps(header, sort_keys=True).encode())
+        for entry in self._entries.values():
+            for array in (entry.features, entry.row_ids, entry.labels):
+                digest.update(np.ascontiguousarray(array).tobytes())
+            tree = entry.spanning_tree
+            digest.update(b"no-tree" if tree is None else np.ascontiguousarray(tree).tobytes())
+        return digest.hexdigest()
+
+    def state_equal(self, other: ErrorMemory) -> bool:
+        """Whether ``other`` holds exactly the same state (see :meth:`fingerprint`)."""
+        if not isinstance(other, ErrorMemory):
+            raise TypeError(f"state_equal expects an ErrorMemory, got {type(other).__name__}.")
+        return self.fingerprint() == other.fingerprint()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``meds_memory.npz`` and ``meds_memory.json`` into ``directory`` (created if needed).
+
+        Each file is written to a temporary name and renamed, so an interrupted save never leaves a
+        half-written file under the final name. Returns the directory.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        entries = list(self._entries.values())
+        dim = self._dim if self._dim is not None else 0
+        row_offsets = np.cumsum([0] + [entry.num_rows for entry in entries]).astype(np.int64)
+        trees = [entry.spanning_tree for entry in entries]
+        tree_offsets = np.cumsum([0] + [0 if t is None else t.shape[0] for t in trees]).astype(np.int64)
+
+        def stacked(arrays, shape, dtype):
+            return np.concatenate(arrays).astype(dtype) if arrays else np.zeros(shape, dtype=dtype)
+
+        arrays = {
+            "features": stacked([e.features for e in entries], (0, dim), np.float64),
+            "labels": stacked([e.labels for e in entries], (0,), np.int64),
+            "row_ids": stacked([e.row_ids for e in entries], (0,), np.int64),
+            "row_offsets": row_offsets,
+            "spanning_trees": stacked([t for t in trees if t is not None], (0, 3), np.float64),
+            "tree_offsets": tree_offsets,
+            "has_tree": np.array([t is not None for t in trees], dtype=bool),
+        }
+        header = {
+            "format_version": _FORMAT_VERSION,
+            "config": self.config(),
+            "dim": self._dim,
+            "next_row_id": self._next_row_id,
+            "num_updates": self._num_updates,
+            "keys": [_encode_key(key) for key in self._entries],
+        }
+        with tempfile.NamedTemporaryFile(dir=directory, suffix=".npz", delete=False) as handle:
+            np.savez(handle, **arrays)
+        os.replace(handle.name, directory / MEMORY_NPZ_NAME)
+        with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".json", delete=False) as handle:
+            json.dump(header, handle, indent=1)
+        os.replace(handle.name, directory / MEMORY_JSON_NAME)
+        logger.debug("Saved MEDS memory (%d rows, %d keys) to %s", self.num_rows, self.num_keys, directory)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> ErrorMemory:
+        """Restore a memory written by :meth:`save`; it behaves exactly like the saved one."""
+        directory = Path(directory)
+        json_path, npz_path = directory / MEMORY_JSON_NAME, directory / MEMORY_NPZ_NAME
+        for path in (json_path, npz_path):
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"{path} does not exist; pass the directory that ErrorMemory.save wrote (a "
+                    f"checkpoint directory of a MEDS run)."
+                )
+        header = json.loads(json_path.read_text())
+        if header.get("format_version") != _FORMAT_VERSION:
+            raise ValueError(
+                f"{json_path} has format_version {header.get('format_version')!r}, this code reads "
+                f"{_FORMAT_VERSION}; save it again with a matching hf_meds_cliff version."
+            )
+        memory = cls(**header["config"])
+        keys = [_decode_key(encoded) for encoded in header["keys"]]
+        with np.load(npz_path) as arrays:
+            data = {name: arrays[name] for name in arrays.files}
+        row_offsets, tree_offsets = data["row_offsets"], data["tree_offsets"]
+        if row_offsets.shape[0] != len(keys) + 1 or tree_offsets.shape[0] != len(keys) + 1:
+            raise ValueError(f"{npz_path} does not match the {len(keys)} keys of {json_path}; corrupt.")
+        memory._dim = header["dim"]
+        memory._next_row_id = int(header["next_row_id"])
+        memory._num_updates = int(header["num_updates"])
+        for index, key in enumerate(keys):
+            entry = _KeyMemory(memory._dim or 0)
+            rows = slice(row_offsets[index], row_offsets[index + 1])
+            entry.features = np.ascontiguousarray(data["features"][rows], dtype=np.float64)
+            entry.labels = data["labels"][rows].astype(np.int64)
+            entry.row_ids = data["row_ids"][rows].astype(np.int64)
+            if data["has_tree"][index]:
+                tree_rows = slice(tree_offsets[index], tree_offsets[index + 1])
+                entry.spanning_tree = np.ascontiguousarray(data["spanning_trees"][tree_rows])
+            else:
+                entry.spanning_tree = None
+            memory._entries[key] = entry
+        return memory
