@@ -1,0 +1,156 @@
+"""Configuration of :class:`~hf_meds_cliff.meds.trainer.MEDSGRPOTrainer`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+PENALTY_TARGETS = ("wrong", "right", "both", "none")
+NOISE_POLICIES = ("cluster", "ignore")
+
+
+@dataclass
+class MEDSConfig(GRPOConfig):
+    r"""
+    Configuration class for [`MEDSGRPOTrainer`]: every [`trl.GRPOConfig`] parameter plus the ``meds_*`` fields below.
+
+    MEDS (Memory-Enhanced Dynamic reward Shaping, Liu et al. 2026, arXiv 2604.11297) remembers, per prompt and
+    correctness, the layer-wise logit features of past rollouts, clusters them with HDBSCAN and penalises a rollout
+    by the size of the cluster it falls into: `r̃ = r − min(α·log(|C|+1), β)` for incorrect rollouts (and
+    `r / (1 + min(α·log(|C|+1), β))` for correct ones with target `right`/`both`). See ``shared/spec/meds.md``.
+
+    Paper presets: `meds_alpha=0.1, meds_beta=0.2` (Qwen3-1.7B, Qwen2.5-Math-7B; the defaults) and
+    `meds_alpha=0.02, meds_beta=0.04` (Qwen3-8B).
+
+    Parameters:
+        meds_alpha (`float`, defaults to `0.1`), meds_beta (`float`, defaults to `0.2`):
+            Penalty slope α and cap β.
+        meds_penalty_target (`str`, defaults to `"wrong"`):
+            Which rollouts are shaped: `"wrong"`, `"right"`, `"both"` or `"none"` (features and memory only).
+        meds_num_layers (`int` or `None`, defaults to `None`):
+            Number of last decoder layers in the feature; `None` = the last half (paper: 14 of 28).
+        meds_use_layer_diff (`bool`, defaults to `False`): Use first differences of the per-layer logits.
+        meds_logit_lens (`bool`, defaults to `False`): Apply the final norm to every layer before the LM head row.
+        meds_knn_k (`int`, defaults to `3`), meds_min_cluster_size (`int`, defaults to `2`),
+        meds_min_samples (`int`, defaults to `1`): k-NN vote size and HDBSCAN parameters.
+        meds_noise_policy (`str`, defaults to `"cluster"`): Size of the HDBSCAN noise "cluster": `"cluster"`
+            (the reference: number of stored noise points) or `"ignore"` (0, the paper's wording).
+        meds_max_rows_per_key (`int` or `None`, defaults to `None`): Cap of stored rows per memory key
+            (oldest evicted first); `None` keeps everything, as in the paper.
+        meds_prompt_id_column (`str` or `None`, defaults to `"problem_id"`): Dataset column identifying a prompt;
+            when absent (or `None`), prompts are identified by a stable hash of their content.
+        meds_correctness_reward_index (`int`, defaults to `0`), meds_correctness_threshold (`float`, defaults to
+            `1.0`): Which reward function decides correctness, and the value from which a rollout counts as correct.
+        meds_save_memory (`bool`, defaults to `True`): Save the error memory with every checkpoint and restore it on
+            resume.
+    """
+
+    meds_alpha: float = field(
+        default=0.1,
+        metadata={"help": "α: slope of the penalty min(α·log(|C|+1), β). Paper: 0.1 (Qwen3-1.7B, Qwen2.5-Math-7B), "
+        "0.02 (Qwen3-8B)."},
+    )
+    meds_beta: float = field(
+        default=0.2,
+        metadata={"help": "β: cap of the penalty min(α·log(|C|+1), β). Paper: 0.2 (with α=0.1), 0.04 (with α=0.02)."},
+    )
+    meds_penalty_target: str = field(
+        default="wrong",
+        metadata={
+            "help": "Rollouts to shape: 'wrong' (r − p, the paper), 'right' (sign-preserving r/(1+p)), 'both', or "
+            "'none' (compute features and memory, shape nothing: an ablation/diagnostic run).",
+            "choices": list(PENALTY_TARGETS),
+        },
+    )
+    meds_num_layers: int | None = field(
+        default=None,
+        metadata={"help": "Number of last decoder layers whose answer logits form the feature; None = the last half "
+        "(the paper's best: 14 of 28)."},
+    )
+    meds_use_layer_diff: bool = field(
+        default=False,
+        metadata={"help": "Use first differences of the per-layer logits (the paper's 'diff' ablation) instead of the "
+        "logits."},
+    )
+    meds_logit_lens: bool = field(
+        default=False,
+        metadata={"help": "Apply the model's final norm to every layer's hidden state before the LM-head row (logit "
+        "lens). Off = the reference: raw states, where only the last layer is normed."},
+    )
+    meds_knn_k: int = field(
+        default=3, metadata={"help": "k of the k-nearest-neighbour vote that assigns a new rollout to a stored cluster."}
+    )
+    meds_min_cluster_size: int = field(
+        default=2, metadata={"help": "HDBSCAN min_cluster_size of the per-prompt memory fit (reference: 2)."}
+    )
+    meds_min_samples: int = field(
+        default=1, metadata={"help": "HDBSCAN min_samples of the per-prompt memory fit (reference: 1)."}
+    )
+    meds_noise_policy: str = field(
+        default="cluster",
+        metadata={
+            "help": "Cluster size of a rollout voted into HDBSCAN noise: 'cluster' (the reference: the number of "
+            "stored noise points) or 'ignore' (0, the paper's wording).",
+            "choices": list(NOISE_POLICIES),
+        },
+    )
+    meds_max_rows_per_key: int | None = field(
+        default=None,
+        metadata={"help": "Cap on stored features per (prompt, correctness) memory key, oldest evicted first; None "
+        "keeps all (the paper)."},
+    )
+    meds_prompt_id_column: str | None = field(
+        default="problem_id",
+        metadata={"help": "Dataset column that identifies a prompt for the memory. When the column is missing (or "
+        "this is None) the prompt is identified by a stable hash of its content."},
+    )
+    meds_correctness_reward_index: int = field(
+        default=0,
+        metadata={"help": "Index (in reward_funcs) of the verifiable reward that decides correctness and is shaped."},
+    )
+    meds_correctness_threshold: float = field(
+        default=1.0,
+        metadata={"help": "A rollout is correct when its correctness reward is >= this value (1.0 for 0/1 rewards)."},
+    )
+    meds_save_memory: bool = field(
+        default=True,
+        metadata={"help": "Save the error memory (npz + JSON) in every checkpoint and restore it on resume, so a "
+        "resumed run assigns the same cluster sizes as an uninterrupted one."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("meds_alpha", "meds_beta"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ValueError(f"{name}={value} must be >= 0 (paper: alpha=0.1, beta=0.2).")
+        if self.meds_penalty_target not in PENALTY_TARGETS:
+            raise ValueError(
+                f"meds_penalty_target={self.meds_penalty_target!r} is not one of {list(PENALTY_TARGETS)}; "
+                "use 'wrong' for the paper's setting."
+            )
+        if self.meds_noise_policy not in NOISE_POLICIES:
+            raise ValueError(
+                f"meds_noise_policy={self.meds_noise_policy!r} is not one of {list(NOISE_POLICIES)}; use 'cluster' "
+                "(reference) or 'ignore' (paper wording)."
+            )
+        if self.meds_num_layers is not None and self.meds_num_layers < 1:
+            raise ValueError(f"meds_num_layers={self.meds_num_layers} must be >= 1, or None for the last half.")
+        if self.meds_use_layer_diff and self.meds_num_layers is not None and self.meds_num_layers < 2:
+            raise ValueError(
+                f"meds_use_layer_diff needs at least 2 layers but meds_num_layers={self.meds_num_layers}; raise it."
+            )
+        if self.meds_knn_k < 1:
+            raise ValueError(f"meds_knn_k={self.meds_knn_k} must be >= 1 (reference: 3).")
+        if self.meds_min_cluster_size < 2:
+            raise ValueError(f"meds_min_cluster_size={self.meds_min_cluster_size} must be >= 2 (HDBSCAN's minimum).")
+        if self.meds_min_samples < 1:
+            raise ValueError(f"meds_min_samples={self.meds_min_samples} must be >= 1 (reference: 1).")
+        if self.meds_max_rows_per_key is not None and self.meds_max_rows_per_key < 1:
+            raise ValueError(f"meds_max_rows_per_key={self.meds_max_rows_per_key} must be >= 1, or None for no cap.")
+        if self.meds_correctness_reward_index < 0:
+            raise ValueError(
+                f"meds_correctness_reward_index={self.meds_correctness_reward_index} must be >= 0 (an index into "
+                "reward_funcs)."
+            )

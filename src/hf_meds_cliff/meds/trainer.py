@@ -1,0 +1,337 @@
+"""MEDS as a subclass of TRL's ``GRPOTrainer``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import textwrap
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate.utils import gather, gather_object
+from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
+
+from ..data import prompt_keys
+from ..model_card import MethodModelCardMixin
+from .config import MEDSConfig
+from .features import (
+    AnswerLocation,
+    AnswerLogitCapture,
+    answer_logit_features,
+    features_from_layer_logits,
+    locate_answer_tokens,
+    resolve_decoder,
+    select_layers,
+)
+from .memory import ErrorMemory
+from .shaping import shape_rewards, top1_eigen_ratio
+
+logger = logging.getLogger(__name__)
+
+MEMORY_DIRNAME = "meds_memory"
+"""Folder of the error memory inside a checkpoint (written by ``ErrorMemory.save``)."""
+
+
+class MEDSPenaltyReward:
+    """Pseudo reward function holding the MEDS penalty column (weight 1) so TRL logs it as a reward.
+
+    It returns 0.0 for every completion when TRL calls it; :class:`MEDSGRPOTrainer` then overwrites the
+    column with ``shaped − r`` (the shaped correctness reward minus the unshaped one) once the rewards
+    of all processes are gathered. Used alone (outside the trainer) it is a zero reward.
+
+    >>> MEDSPenaltyReward()(completions=["a", "b"])
+    [0.0, 0.0]
+    """
+
+    __name__ = "meds_penalty"
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        return [0.0] * len(completions)
+
+
+class MEDSGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
+    """GRPO with MEDS reward shaping (memory of past mistakes per prompt, penalised by cluster size).
+
+    Every GRPO option keeps working (loss types, ``scale_rewards``, ``num_iterations``, LoRA, vLLM,
+    multi-process): the penalty is applied to the gathered rewards before TRL's group normalisation,
+    as an extra reward column ``meds_penalty`` (weight 1) that TRL logs like any reward.
+
+    Overrides (each calls ``super()``):
+
+    * ``__init__``: appends the :class:`MEDSPenaltyReward` column (and weight 1.0 to
+      ``args.reward_weights`` when given), builds the :class:`ErrorMemory`, resolves the decoder layers.
+    * ``_generate``: keeps the prompt token ids of the batch (to build feature inputs) and locates the
+      answer token of each completion.
+    * ``_get_per_token_logps_and_entropies``: when TRL runs its no-grad old-log-prob forward before
+      the rewards (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation ×
+      num_iterations``, or vLLM importance-sampling correction), the features are captured from that
+      forward with layer hooks instead of running a new one.
+    * ``_calculate_rewards``: computes the features (own no-grad forward of the decoder body over
+      prompt + completion truncated at the answer position, unless captured above), gathers them with
+      the prompt keys across processes, updates the memory identically on every rank, and fills the
+      ``meds_penalty`` column; logs ``meds/*`` metrics. Eval batches are not shaped.
+    * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the memory with each checkpoint
+      (``checkpoint-N/meds_memory``) and restore it on resume.
+    * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
+    """
+
+    _tag_names = ["trl", "grpo", "meds", "hf-meds-cliff"]
+    _name = "MEDS"
+    _config_prefix = "meds_"
+    _paper = {
+        "title": "The Past Is Not Past: Memory-Enhanced Dynamic Reward Shaping",
+        "id": "2604.11297",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{liu2026meds,
+                title        = {{The Past Is Not Past: Memory-Enhanced Dynamic Reward Shaping}},
+                author       = {Liu and others},
+                year         = 2026,
+                eprint       = {arXiv:2604.11297},
+            }"""),
+    }
+
+    def __init__(self, model, reward_funcs=None, args: MEDSConfig | None = None, *trainer_args, **trainer_kwargs):
+        if args is None:
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = MEDSConfig(f"{str(name).split('/')[-1]}-MEDS")
+        if not isinstance(args, MEDSConfig):
+            raise TypeError(
+                f"MEDSGRPOTrainer needs a MEDSConfig, got {type(args).__name__}; build one with "
+                "MEDSConfig(**your_grpo_config.to_dict()) or pass the meds_* fields to MEDSConfig."
+            )
+        if reward_funcs is None:
+            raise ValueError("MEDSGRPOTrainer needs reward_funcs: the verifiable reward that defines correctness.")
+        user_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        if not args.meds_correctness_reward_index < len(user_funcs):
+            raise ValueError(
+                f"meds_correctness_reward_index={args.meds_correctness_reward_index} but only {len(user_funcs)} "
+                "reward function(s) were given; point it at the verifiable correctness reward."
+            )
+        self.meds_penalty_func = MEDSPenaltyReward()
+        if args.reward_weights is not None and len(args.reward_weights) == len(user_funcs):
+            args.reward_weights = [*args.reward_weights, 1.0]  # the penalty column has weight 1
+        super().__init__(model, [*user_funcs, self.meds_penalty_func], args, *trainer_args, **trainer_kwargs)
+        self._meds_penalty_index = next(i for i, f in enumerate(self.reward_funcs) if f is self.meds_penalty_func)
+
+        self.meds_memory = ErrorMemory(
+            min_cluster_size=args.meds_min_cluster_size,
+            min_samples=args.meds_min_samples,
+            knn_k=args.meds_knn_k,
+            noise_policy=args.meds_noise_policy,
+            max_rows_per_key=args.meds_max_rows_per_key,
+        )
+        parts = self._meds_decoder_parts()
+        self._meds_layer_indices = select_layers(len(parts.layers), args.meds_num_layers)
+        if args.meds_use_layer_diff and len(self._meds_layer_indices) < 2:
+            raise ValueError(
+                f"meds_use_layer_diff needs at least 2 kept layers, but the model has {len(parts.layers)} layers and "
+                f"{len(self._meds_layer_indices)} are kept; set meds_num_layers >= 2."
+            )
+        self._meds_prompt_ids: list[list[int]] | None = None
+        self._meds_locations: list[AnswerLocation | None] | None = None
+        self._meds_capture: AnswerLogitCapture | None = None
+        self._meds_captured_logits: torch.Tensor | None = None
+        self.meds_last_cluster_sizes: np.ndarray | None = None
+        """Cluster size of every completion of the last training step (all processes, -1 = no feature)."""
+        self.meds_last_penalties: np.ndarray | None = None
+        """Penalty column of the last training step (all processes)."""
+
+    # ------------------------------------------------------------------------------------------
+    # Features
+    # ------------------------------------------------------------------------------------------
+
+    def _meds_decoder_parts(self):
+        """Decoder body, layers, final norm and LM head of the policy (override for other layouts)."""
+        return resolve_decoder(self.accelerator.unwrap_model(self.model))
+
+    def _generate(self, prompts: list):
+        outputs = super()._generate(prompts)
+        self._meds_prompt_ids = [list(ids) for ids in outputs[0]]
+        self._meds_captured_logits = None
+        self._meds_capture = None
+        if self.model.training:
+            self._meds_locations = locate_answer_tokens(outputs[1], self.processing_class)
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            old_logps_forward_runs = self.args.gradient_accumulation_steps % generate_every != 0 or (
+                self.use_vllm and self.vllm_importance_sampling_correction
+            )
+            # Arm the hooks for TRL's old-log-prob forward, the first policy forward after generation.
+            self._meds_arm_capture = old_logps_forward_runs
+        else:
+            self._meds_locations = None
+            self._meds_arm_capture = False
+        return outputs
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if not getattr(self, "_meds_arm_capture", False) or model is not self.model or self._meds_locations is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        self._meds_arm_capture = False
+        prompt_width = input_ids.size(1) - logits_to_keep  # prompts are left-padded to this width
+        positions = torch.tensor(
+            [prompt_width + loc.query_index if loc is not None else -1 for loc in self._meds_locations]
+        )
+        if len(positions) != input_ids.size(0):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        capture = AnswerLogitCapture(
+            self._meds_decoder_parts(), self._meds_layer_indices, positions, logit_lens=self.args.meds_logit_lens
+        )
+        with capture:
+            result = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        if capture.complete:
+            targets = torch.tensor([loc.target_id if loc is not None else 0 for loc in self._meds_locations])
+            self._meds_captured_logits = capture.layer_logits(targets).cpu()
+        return result
+
+    def _meds_local_features(self, completion_ids_list) -> tuple[torch.Tensor, torch.Tensor, str]:
+        """This process's features ``(B, d)``, feature mask ``(B,)`` and the source ("captured"/"forward")."""
+        locations = self._meds_locations
+        if locations is None or len(locations) != len(completion_ids_list):
+            locations = locate_answer_tokens(completion_ids_list, self.processing_class)
+        has_feature = torch.tensor([loc is not None for loc in locations], dtype=torch.bool)
+        if self._meds_captured_logits is not None:
+            logits = self._meds_captured_logits
+            features = torch.zeros((len(locations), logits.size(1) - int(self.args.meds_use_layer_diff)))
+            if has_feature.any():
+                features[has_feature] = features_from_layer_logits(
+                    logits[has_feature], use_layer_diff=self.args.meds_use_layer_diff
+                )
+            self._meds_captured_logits = None
+            return features, has_feature, "captured"
+        if self._meds_prompt_ids is None or len(self._meds_prompt_ids) != len(completion_ids_list):
+            raise RuntimeError(
+                "MEDS needs the prompt token ids of the batch, which `_generate` records; a custom generation path "
+                "bypassed it. Call MEDSGRPOTrainer._generate (or set `trainer._meds_prompt_ids`) before the rewards."
+            )
+        batch_size = self.args.per_device_train_batch_size
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            features, has_feature, _ = answer_logit_features(
+                self.model,
+                self._meds_prompt_ids,
+                completion_ids_list,
+                locations,
+                self._meds_layer_indices,
+                pad_token_id=self._tokenizer.pad_token_id or 0,
+                logit_lens=self.args.meds_logit_lens,
+                use_layer_diff=self.args.meds_use_layer_diff,
+                batch_size=batch_size,
+                autocast=self.accelerator.autocast(),
+                parts=self._meds_decoder_parts(),
+            )
+        return features, has_feature, "forward"
+
+    def _meds_prompt_keys(self, inputs: list[dict[str, Any]], prompts: list) -> list[str]:
+        column = self.args.meds_prompt_id_column
+        if column is not None and inputs and all(column in example for example in inputs):
+            return prompt_keys(prompts, [example[column] for example in inputs])
+        return prompt_keys(prompts)
+
+    # ------------------------------------------------------------------------------------------
+    # Shaping
+    # ------------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if not self.model.training:
+            return rewards_per_func  # evaluation is not shaped and does not touch the memory
+        penalties = self._meds_shape(inputs, prompts, completion_ids_list, rewards_per_func)
+        rewards_per_func[:, self._meds_penalty_index] = penalties.to(rewards_per_func.device)
+        return rewards_per_func
+
+    def _meds_shape(self, inputs, prompts, completion_ids_list, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """Update the memory with the gathered features and return the penalty column ``(B_global,)``."""
+        args = self.args
+        device = self.accelerator.device
+        start = time.perf_counter()
+        features_local, has_local, source = self._meds_local_features(completion_ids_list)
+        time_features = time.perf_counter() - start
+        keys_local = self._meds_prompt_keys(inputs, prompts)
+
+        # Groups may be split across processes: every rank sees the whole gathered batch, in the same order
+        # as the gathered rewards, and updates its own memory with it (so all memories stay identical).
+        features = gather(features_local.to(device)).float().cpu()
+        has_feature = gather(has_local.to(device)).bool().cpu()
+        keys = gather_object(keys_local)
+        correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
+        scored = has_feature & ~torch.isnan(correctness_reward)
+        is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
+
+        rows = np.flatnonzero(scored.numpy())
+        cluster_sizes = np.full(len(keys), -1, dtype=np.int64)
+        penalties = torch.zeros(len(keys), dtype=torch.float32)
+        start = time.perf_counter()
+        if len(rows) > 0:
+            memory_keys = [(keys[i], bool(is_correct[i])) for i in rows]
+            sizes = np.asarray(self.meds_memory.assign_and_update(memory_keys, features[rows].numpy()), dtype=np.int64)
+            cluster_sizes[rows] = sizes
+            rewards = correctness_reward[rows].numpy().astype(np.float64)
+            shaped = np.asarray(
+                shape_rewards(rewards, is_correct[rows], sizes, args.meds_alpha, args.meds_beta, args.meds_penalty_target),
+                dtype=np.float64,
+            )
+            penalties[rows] = torch.from_numpy(shaped - rewards).float()
+        time_clustering = time.perf_counter() - start
+
+        self.meds_last_cluster_sizes = cluster_sizes
+        self.meds_last_penalties = penalties.numpy().copy()
+        self._meds_log(features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering)
+        process_slice = slice(
+            self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
+        )
+        self._log_completion_extra("meds_cluster_size", cluster_sizes[process_slice].tolist())
+        logger.debug("MEDS step: %d/%d rows with features (%s)", int(scored.sum()), len(keys), source)
+        return penalties
+
+    def _meds_log(self, features, cluster_sizes, penalties, has_feature, scored, time_features, time_clustering):
+        metrics = self._metrics["train"]
+        num = len(cluster_sizes)
+        metrics["meds/frac_with_feature"].append(float(has_feature.float().mean()) if num else 0.0)
+        metrics["meds/num_without_feature"].append(float(num - int(has_feature.sum())))
+        metrics["meds/mean_penalty"].append(float(penalties.mean()) if num else 0.0)
+        metrics["meds/frac_penalized"].append(float((penalties != 0).float().mean()) if num else 0.0)
+        metrics["meds/time_features_s"].append(float(time_features))
+        metrics["meds/time_clustering_s"].append(float(time_clustering))
+        if len(features) >= 2:
+            metrics["meds/top1_eigen_ratio"].append(float(top1_eigen_ratio(features.numpy())))
+        # The memory's own statistics: clusters_per_key, noise_fraction, mean/max_cluster_size, memory_rows, ...
+        for name, value in sorted(self.meds_memory.last_step_stats().items()):
+            if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+                metrics[f"meds/{name}"].append(float(value))
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpointing
+    # ------------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.meds_save_memory and self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            checkpoint = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            self.meds_memory.save(os.path.join(checkpoint, MEMORY_DIRNAME))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or not self.args.meds_save_memory:
+            return
+        path = os.path.join(checkpoint, MEMORY_DIRNAME)
+        if os.path.isdir(path):
+            self.meds_memory = ErrorMemory.load(path)
+            logger.info("Restored the MEDS error memory from %s", path)
+        else:
+            logger.warning(
+                "Resuming from %s without a MEDS memory (%s missing): cluster sizes restart from an empty memory.",
+                checkpoint,
+                MEMORY_DIRNAME,
+            )
