@@ -1,0 +1,236 @@
+"""DAPO's dynamic sampling for TRL's ``GRPOTrainer`` and its subclasses (MEDS, Cliff).
+
+DAPO (Yu et al., 2025) drops prompt groups whose accuracy has zero variance (all right or all wrong:
+no learning signal under group normalisation) and keeps generating fresh prompts until the batch is full,
+giving up after a cap on generation rounds. TRL 1.16 has DAPO's loss (``loss_type="dapo"``) and
+clip-higher (``epsilon_high``) but not this sampling.
+
+:class:`DynamicSamplingMixin` adds it without copying TRL code: it wraps ``_generate_and_score_completions``
+(call ``super()`` once per round, keep the rows of groups with accuracy variance, concatenate) and
+``_calculate_rewards`` (call ``super()``, remember the gathered rewards so the filter sees whole groups
+even when a group is split across processes). Put it first in the bases so every round goes through the
+subclass's own hooks: ``class MyTrainer(DynamicSamplingMixin, MEDSGRPOTrainer)``.
+
+Extra prompts come from a sampler of their own (seeded from ``args.seed``, shared by all processes) so the
+main dataloader's order is untouched. The filter uses the reward function at
+``dynamic_sampling_reward_index`` (default 0, the correctness reward), like DAPO's ``acc`` metric.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+logger = logging.getLogger(__name__)
+
+LEFT_PADDED_KEYS = ("prompt_ids", "prompt_mask")
+"""Per-row tensors TRL left-pads; every other per-row tensor is right-padded (completion side)."""
+
+
+def groups_with_signal(values: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """Which rows belong to a group whose ``values`` are not all equal.
+
+    ``values`` (B,) in group order (``num_generations`` consecutive rows per prompt) → bool (B,).
+    NaN (unscorable) rows are ignored; a group with fewer than two scored rows has no signal.
+
+    >>> groups_with_signal(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 2).tolist()
+    [True, True, False, False, False, False]
+    """
+    if values.ndim != 1 or values.numel() % num_generations:
+        raise ValueError(
+            f"values must be (B,) with B a multiple of num_generations={num_generations}; got shape {tuple(values.shape)}."
+        )
+    grouped = values.view(-1, num_generations)
+    scored = ~torch.isnan(grouped)
+    high = torch.where(scored, grouped, torch.full_like(grouped, -torch.inf)).amax(dim=1)
+    low = torch.where(scored, grouped, torch.full_like(grouped, torch.inf)).amin(dim=1)
+    has_signal = (scored.sum(dim=1) >= 2) & (high > low)
+    return has_signal.repeat_interleave(num_generations)
+
+
+def pad_rows(tensor: torch.Tensor, length: int, left: bool) -> torch.Tensor:
+    """Pad the second dimension of a (B, T, ...) tensor with zeros to ``length`` (left or right)."""
+    missing = length - tensor.shape[1]
+    if missing <= 0:
+        return tensor
+    padding = tensor.new_zeros((tensor.shape[0], missing, *tensor.shape[2:]))
+    return torch.cat([padding, tensor] if left else [tensor, padding], dim=1)
+
+
+def concat_rows(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Concatenate per-row tensor dicts along rows, padding sequence dimensions (prompt side on the left)."""
+    merged = {}
+    for key in parts[0]:
+        tensors = [part[key] for part in parts]
+        if tensors[0].ndim >= 2:
+            length = max(t.shape[1] for t in tensors)
+            tensors = [pad_rows(t, length, left=key in LEFT_PADDED_KEYS) for t in tensors]
+        merged[key] = torch.cat(tensors, dim=0)
+    return merged
+
+
+@dataclass
+class DAPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus DAPO's dynamic sampling (off by default, so the plain GRPO behaviour is unchanged)."""
+
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: drop prompt groups whose accuracy has zero variance and generate "
+            "fresh prompts until the batch is full."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata={
+            "help": "Most generation rounds per batch (DAPO's max_num_gen_batches; the paper uses 10). Reaching it "
+            "without a full batch raises an error."
+        },
+    )
+    dynamic_sampling_reward_index: int = field(
+        default=0,
+        metadata={"help": "Index of the reward function whose per-group variance decides (0 = correctness)."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(
+                f"dynamic_sampling_max_rounds={self.dynamic_sampling_max_rounds} must be >= 1 (10 in the DAPO paper)."
+            )
+        if self.dynamic_sampling_reward_index < 0:
+            raise ValueError(
+                f"dynamic_sampling_reward_index={self.dynamic_sampling_reward_index} must index a reward function."
+            )
+
+
+class DynamicSamplingMixin:
+    """DAPO dynamic sampling; overrides ``_generate_and_score_completions`` and ``_calculate_rewards``.
+
+    Active when ``args.dynamic_sampling`` is true and the model is training. Metrics:
+    ``dynamic_sampling/rounds``, ``dynamic_sampling/groups_dropped``, ``dynamic_sampling/kept_fraction``.
+    """
+
+    _last_gathered_rewards: torch.Tensor | None = None
+    _dynamic_sampling_cursor: int = 0
+    _dynamic_sampling_epoch: int = 0
+    _dynamic_sampling_order: torch.Tensor | None = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_gathered_rewards = rewards_per_func
+        return rewards_per_func
+
+    def _dynamic_sampling_enabled(self) -> bool:
+        return bool(getattr(self.args, "dynamic_sampling", False)) and self.model.training
+
+    def _next_prompt_batch(self, size: int) -> list[dict]:
+        """This process's share of a fresh generation batch, ``size`` rows, groups as TRL lays them out."""
+        prompts_per_batch = size * self.accelerator.num_processes // self.num_generations
+        dataset = self.train_dataset
+        if self._dynamic_sampling_order is None or self._dynamic_sampling_cursor + prompts_per_batch > len(dataset):
+            # Its own permutation per pass over the data, identical on every process.
+            generator = torch.Generator().manual_seed(self.args.seed + 7919 * (1 + self._dynamic_sampling_epoch))
+            self._dynamic_sampling_order = torch.randperm(len(dataset), generator=generator)
+            self._dynamic_sampling_cursor = 0
+            self._dynamic_sampling_epoch += 1
+        start = self._dynamic_sampling_cursor
+        prompt_indices = self._dynamic_sampling_order[start : start + prompts_per_batch].tolist()
+        self._dynamic_sampling_cursor += prompts_per_batch
+        global_rows = [index for index in prompt_indices for _ in range(self.num_generations)]
+        rank = self.accelerator.process_index
+        return [dataset[index] for index in global_rows[rank * size : (rank + 1) * size]]
+
+    def _generate_and_score_completions(self, inputs):
+        if not self._dynamic_sampling_enabled():
+            return super()._generate_and_score_completions(inputs)
+        if len(self.train_dataset) * self.num_generations < len(inputs) * self.accelerator.num_processes:
+            raise ValueError("Dynamic sampling needs at least one generation batch worth of prompts in the dataset.")
+        local_size = len(inputs)
+        target = local_size * self.accelerator.num_processes
+        index = self.args.dynamic_sampling_reward_index
+        kept_parts, kept_total, dropped_groups, rounds, scalars = [], 0, 0, 0, {}
+        batch = inputs
+        while kept_total < target:
+            if rounds == self.args.dynamic_sampling_max_rounds:
+                raise RuntimeError(
+                    f"Dynamic sampling: after {rounds} generation rounds only {kept_total} of the {target} rows "
+                    "needed come from groups with accuracy variance. Raise --dynamic_sampling_max_rounds, use easier "
+                    "or more varied prompts, raise --num_generations, or turn --dynamic_sampling off."
+                )
+            rounds += 1
+            output = super()._generate_and_score_completions(batch)
+            key_order = [key for key, value in output.items() if value is not None]
+            gathered = self._last_gathered_rewards
+            if gathered is None or index >= gathered.shape[1]:
+                raise ValueError(
+                    f"dynamic_sampling_reward_index={index} but the trainer has "
+                    f"{0 if gathered is None else gathered.shape[1]} reward column(s)."
+                )
+            keep_global = groups_with_signal(gathered[:, index].float(), self.num_generations)
+            dropped_groups += int((~keep_global).sum().item()) // self.num_generations
+            rank = self.accelerator.process_index
+            keep_local = keep_global[rank * local_size : (rank + 1) * local_size].to(output["advantages"].device)
+            # Global position of each row (round, then TRL's layout), so kept groups stay whole and in order.
+            order = rounds * target + rank * local_size + torch.arange(local_size, device=keep_local.device)
+            rows, row_scalars = {"_dynamic_sampling_order": order[keep_local]}, {}
+            for key, value in output.items():
+                if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == local_size:
+                    rows[key] = value[keep_local]
+                elif value is not None:
+                    row_scalars[key] = value
+            scalars.update(row_scalars)
+            kept_parts.append(rows)
+            kept_total += int(keep_global.sum().item())
+            batch = self._next_prompt_batch(local_size)
+
+        merged = self._redistribute(concat_rows(kept_parts), local_size)
+        merged.pop("_dynamic_sampling_order")
+        loss_mask = merged["completion_mask"] * merged["tool_mask"] if "tool_mask" in merged else merged["completion_mask"]
+        scalars["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/rounds"].append(float(rounds))
+        metrics["dynamic_sampling/groups_dropped"].append(float(dropped_groups))
+        metrics["dynamic_sampling/kept_fraction"].append(kept_total / (rounds * target))
+        # TRL reads the first entry as the batch (prompt_ids): keep its key order.
+        return {key: merged[key] if key in merged else scalars[key] for key in key_order}
+
+    def _redistribute(self, rows: dict[str, torch.Tensor], local_size: int) -> dict[str, torch.Tensor]:
+        """Gather every process's kept rows, order them globally, give each process its ``local_size`` slice.
+
+        The global batch is the first ``local_size × num_processes`` kept rows in generation order: whole
+        groups, since every kept group contributes ``num_generations`` rows and the batch is a multiple of it.
+        With one process this only truncates. Rows are padded to common shapes before the gather.
+        """
+        accelerator = self.accelerator
+        count = rows["_dynamic_sampling_order"].shape[0]
+        if accelerator.num_processes == 1:
+            return {key: value[:local_size] for key, value in rows.items()}
+        counts = accelerator.gather(torch.tensor([count], device=accelerator.device)).tolist()
+        max_count = max(counts)
+        rank = accelerator.process_index
+        gathered = {}
+        for key, value in rows.items():
+            if value.ndim >= 2:
+                length = int(accelerator.gather(torch.tensor([value.shape[1]], device=value.device)).max().item())
+                value = pad_rows(value, length, left=key in LEFT_PADDED_KEYS)
+            padded = torch.cat([value, value.new_zeros((max_count - count, *value.shape[1:]))], dim=0)
+            everything = accelerator.gather(padded)
+            gathered[key] = torch.cat([everything[p * max_count : p * max_count + c] for p, c in enumerate(counts)])
+        ranking = torch.argsort(gathered["_dynamic_sampling_order"])
+        mine = ranking[rank * local_size : (rank + 1) * local_size]
+        return {key: value[mine] for key, value in gathered.items()}
+
+
+class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
+    """``GRPOTrainer`` with DAPO dynamic sampling (configure with :class:`DAPOConfig`).
+
+    DAPO's other parts are TRL options: ``loss_type="dapo"``, ``epsilon_high=0.28``, ``beta=0`` and the
+    ``overlong`` reward of :mod:`hf_meds_cliff.rewards`.
+    """
+
+    _tag_names = ["trl", "grpo", "dapo", "hf-meds-cliff"]
+    _name = "DAPO"

@@ -1,0 +1,117 @@
+"""DAPO dynamic sampling: the pure group filter, padding/concatenation, and real trainer runs."""
+
+import pytest
+import torch
+from datasets import Dataset
+
+from hf_meds_cliff.dapo import DAPOConfig, DAPOTrainer, concat_rows, groups_with_signal, pad_rows
+
+
+def test_groups_with_signal_marks_whole_groups():
+    values = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
+    assert groups_with_signal(values, 3).tolist() == [True] * 3 + [False] * 3 + [True] * 3
+    # NaN rows are ignored; a group left with one scored row has no signal.
+    assert groups_with_signal(torch.tensor([1.0, float("nan"), 0.0, float("nan")]), 2).tolist() == [False] * 4
+    assert groups_with_signal(torch.tensor([1.0, float("nan"), 0.0]), 3).tolist() == [True] * 3
+    with pytest.raises(ValueError, match="multiple of num_generations=4"):
+        groups_with_signal(torch.zeros(6), 4)
+
+
+def test_pad_and_concat_keep_prompt_left_and_completion_right():
+    a = {"prompt_ids": torch.tensor([[5, 6]]), "completion_ids": torch.tensor([[7]]), "advantages": torch.tensor([1.0])}
+    b = {"prompt_ids": torch.tensor([[1, 2, 3]]), "completion_ids": torch.tensor([[8, 9]]), "advantages": torch.tensor([2.0])}
+    merged = concat_rows([a, b])
+    assert merged["prompt_ids"].tolist() == [[0, 5, 6], [1, 2, 3]]
+    assert merged["completion_ids"].tolist() == [[7, 0], [8, 9]]
+    assert merged["advantages"].tolist() == [1.0, 2.0]
+    assert pad_rows(torch.ones(1, 2), 2, left=True).shape == (1, 2)
+
+
+def test_config_validation_names_the_value():
+    with pytest.raises(ValueError, match="dynamic_sampling_max_rounds=0"):
+        DAPOConfig(output_dir="x", dynamic_sampling_max_rounds=0, use_cpu=True, bf16=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory):
+    from hf_meds_cliff.toy.model import build_toy_model
+    from hf_meds_cliff.toy.tokenizer import build_toy_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny_policy")
+    tokenizer = build_toy_tokenizer(path)
+    build_toy_model(tokenizer, seed=0).save_pretrained(path)
+    return path
+
+
+def make_trainer(tiny_policy, tmp_path, reward, **overrides):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    tokenizer.padding_side = "left"
+    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Compute {i} + 1."}] for i in range(64)]})
+    settings = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        max_steps=2,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        dynamic_sampling=True,
+    )
+    args = DAPOConfig(**{**settings, **overrides})
+    return DAPOTrainer(model=str(tiny_policy), reward_funcs=reward, args=args, train_dataset=dataset,
+                       processing_class=tokenizer)
+
+
+def parity_reward(completions, **kwargs):
+    """Reward 1 for an even completion length: mixes within most groups of a random policy."""
+    return [float(len(c[0]["content"]) % 2 == 0) for c in completions]
+
+
+def constant_reward(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_trains_on_groups_with_signal_only(tiny_policy, tmp_path):
+    trainer = make_trainer(tiny_policy, tmp_path, parity_reward)
+    batches = []
+    original = DAPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        output = original(self, inputs)
+        batches.append(output)
+        return output
+
+    DAPOTrainer._generate_and_score_completions = spy
+    try:
+        trainer.train()
+    finally:
+        DAPOTrainer._generate_and_score_completions = original
+    assert batches and all(b["completion_ids"].shape[0] == 8 for b in batches)
+    for batch in batches:
+        # Every kept group has reward variance, hence non-zero advantages somewhere in each group of 4.
+        grouped = batch["advantages"].view(-1, 4)
+        assert (grouped.abs().sum(dim=1) > 0).all()
+        assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
+    logged = [r for r in trainer.state.log_history if "dynamic_sampling/rounds" in r]
+    assert logged and all(r["dynamic_sampling/rounds"] >= 1 for r in logged)
+    assert all(0 < r["dynamic_sampling/kept_fraction"] <= 1 for r in logged)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_cap_raises_a_clear_error(tiny_policy, tmp_path):
+    trainer = make_trainer(tiny_policy, tmp_path, constant_reward, dynamic_sampling_max_rounds=2)
+    with pytest.raises(RuntimeError, match="after 2 generation rounds only 0 of the 8 rows"):
+        trainer.train()
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_off_is_plain_grpo(tiny_policy, tmp_path):
+    trainer = make_trainer(tiny_policy, tmp_path, constant_reward, dynamic_sampling=False, max_steps=1)
+    trainer.train()
+    assert not any("dynamic_sampling/rounds" in r for r in trainer.state.log_history)
