@@ -1,0 +1,329 @@
+"""Teachers: the HTTP teacher against a scripted OpenAI-compatible server on loopback, the local
+transformers teacher on a tiny model, the rule-based toy teacher, and the factory."""
+
+import asyncio
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from hf_meds_cliff.cliff import split_sentences
+from hf_meds_cliff.cliff.teachers import (
+    Judgment,
+    OpenAICompatibleTeacher,
+    RuleBasedToyTeacher,
+    Teacher,
+    build_teacher,
+    is_endpoint_failure,
+)
+from hf_meds_cliff.cliff.teachers.loopback import LoopbackChatServer, Reply
+from hf_meds_cliff.data import QWEN_MATH_INSTRUCTION
+
+PROBLEM = "Compute (7 + 5) * 3 - 4."
+REFERENCE = "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}."
+ROLLOUT = "7 + 5 = 12. 12 * 3 = 35. 35 - 4 = 31. The answer is \\boxed{31}."
+SENTENCES = [ROLLOUT[s:e] for s, e in split_sentences(ROLLOUT)]
+GOOD_ANSWER = 'Sentence [1] multiplies wrongly.\n{"final_answer_correct": false, "first_mistake": 1}'
+
+
+def fast_teacher(server, **kwargs):
+    options = {"timeout": 2.0, "max_retries": 2, "backoff_base": 0.01, "backoff_max": 0.05}
+    options.update(kwargs)
+    return OpenAICompatibleTeacher(server.base_url, "teacher-model", **options)
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def judge_and_close(teacher, sentences=SENTENCES):
+    try:
+        return await teacher.judge(PROBLEM, REFERENCE, sentences)
+    finally:
+        await teacher.aclose()
+
+
+def test_http_teacher_success_and_request_format():
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER)) as server:
+        teacher = fast_teacher(server, judge_temperature=0.3, extra_body={"top_p": 0.9})
+        assert isinstance(teacher, Teacher)
+        judgment = run(judge_and_close(teacher))
+    assert judgment == Judgment(1, False, "ok", GOOD_ANSWER)
+    (request,) = server.requests
+    assert request.body["model"] == "teacher-model" and request.body["temperature"] == 0.3
+    assert request.body["top_p"] == 0.9
+    assert "[1] 12 * 3 = 35." in request.body["messages"][-1]["content"]
+    assert "Authorization" not in request.headers
+    assert teacher.counters["judge_calls"] == 1 and teacher.counters["requests"] == 1
+
+
+def test_http_teacher_solve_uses_temperature_and_instruction():
+    with LoopbackChatServer(lambda body, index: Reply(content=REFERENCE)) as server:
+        teacher = fast_teacher(server)
+
+        async def solve():
+            try:
+                return await teacher.solve(PROBLEM)
+            finally:
+                await teacher.aclose()
+
+        assert run(solve()) == REFERENCE
+    body = server.requests[0].body
+    assert body["temperature"] == 0.6
+    assert body["messages"] == [{"role": "user", "content": f"{PROBLEM}\n{QWEN_MATH_INSTRUCTION}"}]
+
+
+def test_http_teacher_timeout_after_retries():
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, delay=1.0)) as server:
+        teacher = fast_teacher(server, timeout=0.2, max_retries=1)
+        start = time.perf_counter()
+        judgment = run(judge_and_close(teacher))
+        elapsed = time.perf_counter() - start
+    assert judgment.status == "timeout" and is_endpoint_failure(judgment)
+    assert judgment.first_mistake is None
+    assert len(server.requests) == 2  # first attempt + one retry
+    assert teacher.counters["failures/timeout"] == 1 and teacher.counters["retries"] == 1
+    assert elapsed < 1.0 + 0.5  # the client gave up at its timeout, not at the server's 1 s per request
+
+
+def test_http_teacher_retries_5xx_then_succeeds():
+    def responder(body, index):
+        return Reply(status=503, raw_body='{"error": "overloaded"}') if index < 2 else Reply(content=GOOD_ANSWER)
+
+    with LoopbackChatServer(responder) as server:
+        teacher = fast_teacher(server, max_retries=3)
+        judgment = run(judge_and_close(teacher))
+    assert judgment.status == "ok" and judgment.first_mistake == 1
+    assert len(server.requests) == 3 and teacher.counters["retries"] == 2
+    assert not any(key.startswith("failures/") for key in teacher.counters)
+
+
+def test_http_teacher_gives_up_on_persistent_500_and_does_not_retry_400():
+    with LoopbackChatServer(lambda body, index: Reply(status=500, raw_body="boom")) as server:
+        teacher = fast_teacher(server, max_retries=2)
+        judgment = run(judge_and_close(teacher))
+    assert judgment.status == "http_error" and "HTTP 500" in judgment.raw and len(server.requests) == 3
+
+    with LoopbackChatServer(lambda body, index: Reply(status=400, raw_body='{"error": "bad model"}')) as server:
+        teacher = fast_teacher(server, max_retries=2)
+        judgment = run(judge_and_close(teacher))
+    assert judgment.status == "http_error" and len(server.requests) == 1
+    assert teacher.counters["failures/http_error"] == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "status"),
+    [
+        (Reply(content="The second step is wrong, I think."), "parse_error"),
+        (Reply(content='{"final_answer_correct": false, "first_mistake": 9}'), "out_of_range"),
+        (Reply(content='{"final_answer_correct": false}'), "missing_field"),
+        (Reply(content=""), "empty"),
+        (Reply(raw_body="<html>gateway</html>"), "bad_response"),
+        (Reply(raw_body='{"choices": []}'), "bad_response"),
+    ],
+)
+def test_http_teacher_malformed_output(reply, status):
+    with LoopbackChatServer(lambda body, index: reply) as server:
+        teacher = fast_teacher(server)
+        judgment = run(judge_and_close(teacher))
+    assert judgment.status == status and judgment.first_mistake is None
+    assert is_endpoint_failure(judgment) == (status == "bad_response")
+    assert teacher.counters[f"failures/{status}"] == 1
+    assert len(server.requests) == 1  # malformed answers are not retried
+
+
+def test_http_teacher_connection_error():
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER)) as server:
+        base_url = server.base_url
+    teacher = OpenAICompatibleTeacher(base_url, "m", timeout=1.0, max_retries=1, backoff_base=0.01)
+    judgment = run(judge_and_close(teacher))
+    assert judgment.status == "connection_error" and is_endpoint_failure(judgment)
+
+    async def solve():
+        return await teacher.solve(PROBLEM)
+
+    assert run(solve()) is None
+    assert teacher.counters["failures/connection_error"] == 2
+
+
+def test_http_teacher_concurrency_bound_and_event_loop_reuse():
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, delay=0.1)) as server:
+        teacher = fast_teacher(server, max_concurrency=3)
+
+        async def many():
+            return await asyncio.gather(*(teacher.judge(PROBLEM, REFERENCE, SENTENCES) for _ in range(10)))
+
+        start = time.perf_counter()
+        judgments = run(many())
+        elapsed = time.perf_counter() - start
+        assert server.max_in_flight == 3  # bounded, and the bound is actually reached
+        assert elapsed >= 0.1 * 4 * 0.9  # ceil(10 / 3) waves of 0.1 s
+        # a second event loop (the trainer may call asyncio.run every step) reuses the teacher
+        again = run(judge_and_close(teacher))
+    assert all(j.status == "ok" and j.first_mistake == 1 for j in judgments + [again])
+    assert len(server.requests) == 11
+
+
+def test_http_teacher_api_key_from_env_is_sent_but_never_shown(monkeypatch, caplog):
+    secret = "sk-test-SECRET-123"
+    monkeypatch.setenv("HF_MEDS_CLIFF_TEST_KEY", secret)
+    with LoopbackChatServer(lambda body, index: Reply(status=500, raw_body="down") if index == 0 else Reply(
+            content=GOOD_ANSWER)) as server:
+        teacher = fast_teacher(server, api_key_env="HF_MEDS_CLIFF_TEST_KEY", max_retries=0)
+        with caplog.at_level(logging.DEBUG):
+            failed = run(judge_and_close(teacher))
+            judgment = run(judge_and_close(teacher))
+    assert failed.status == "http_error" and judgment.status == "ok"
+    assert server.requests[0].headers["Authorization"] == f"Bearer {secret}"
+    assert secret not in repr(teacher) and "HF_MEDS_CLIFF_TEST_KEY" in repr(teacher)
+    assert secret not in caplog.text and secret not in failed.raw
+    monkeypatch.delenv("HF_MEDS_CLIFF_TEST_KEY")
+    with pytest.raises(ValueError, match="HF_MEDS_CLIFF_TEST_KEY.*not set"):
+        fast_teacher(server, api_key_env="HF_MEDS_CLIFF_TEST_KEY")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"base_url": "127.0.0.1:8000"}, "http"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"timeout": 0}, "timeout"),
+        ({"max_retries": -1}, "max_retries"),
+    ],
+)
+def test_http_teacher_bad_config(kwargs, match):
+    arguments = {"base_url": "http://127.0.0.1:1/v1", "model": "m"}
+    arguments.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        OpenAICompatibleTeacher(**arguments)
+
+
+# --- rule-based toy teacher --------------------------------------------------------------------
+
+
+def test_rule_based_toy_teacher():
+    teacher = RuleBasedToyTeacher()
+    assert isinstance(teacher, Teacher)
+
+    async def scenario():
+        solution = await teacher.solve(f"{PROBLEM}\n{QWEN_MATH_INSTRUCTION}")
+        wrong = await teacher.judge(PROBLEM, REFERENCE, SENTENCES)
+        stripped = await teacher.judge(PROBLEM, REFERENCE, [s.strip() for s in SENTENCES])
+        last_step_wrong = "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 30. The answer is \\boxed{30}."
+        late = await teacher.judge(PROBLEM, REFERENCE, [last_step_wrong[s:e] for s, e in split_sentences(last_step_wrong)])
+        right = await teacher.judge(PROBLEM, REFERENCE, [REFERENCE[s:e] for s, e in split_sentences(REFERENCE)])
+        unsolvable = await teacher.solve("What is the capital of France?")
+        not_toy = await teacher.judge("What is the capital of France?", "Paris.", ["Rome."])
+        return solution, wrong, stripped, late, right, unsolvable, not_toy
+
+    solution, wrong, stripped, late, right, unsolvable, not_toy = run(scenario())
+    assert solution == REFERENCE
+    assert (wrong.first_mistake, wrong.verdict_correct, wrong.status) == (1, False, "ok")
+    assert stripped.first_mistake == 1
+    assert late.first_mistake == 2
+    assert (right.first_mistake, right.verdict_correct, right.status) == (None, True, "ok")
+    assert unsolvable is None
+    assert not_toy.status == "parse_error" and not is_endpoint_failure(not_toy)
+    assert teacher.counters["failures/parse_error"] == 2 and teacher.counters["judge_calls"] == 5
+
+
+# --- local transformers teacher ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_causal_lm():
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tokenizer_model = Tokenizer(models.BPE(unk_token=None))
+    tokenizer_model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    from tokenizers import decoders
+
+    tokenizer_model.decoder = decoders.ByteLevel()
+    tokenizer_model.train_from_iterator(
+        [REFERENCE, ROLLOUT, GOOD_ANSWER] * 10,
+        trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["<|eos|>"],
+                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer_model, eos_token="<|eos|>")
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=4096, n_embd=16, n_layer=1, n_head=2,
+                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    return GPT2LMHeadModel(config), tokenizer
+
+
+def test_transformers_teacher_runs_off_the_event_loop_and_serialises(tiny_causal_lm):
+    from hf_meds_cliff.cliff.teachers import TransformersTeacher
+
+    model, tokenizer = tiny_causal_lm
+    teacher = TransformersTeacher(model, tokenizer, judge_temperature=0.0, max_new_tokens=24)
+    assert isinstance(teacher, Teacher)
+    active = {"now": 0, "max": 0}
+    generate = model.generate
+
+    def tracking_generate(*args, **kwargs):
+        active["now"] += 1
+        active["max"] = max(active["max"], active["now"])
+        try:
+            time.sleep(0.05)  # widen the window in which an unserialised call would overlap
+            return generate(*args, **kwargs)
+        finally:
+            active["now"] -= 1
+
+    model.generate = tracking_generate
+
+    async def scenario():
+        ticks = 0
+        done = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        ticking = asyncio.create_task(ticker())
+        judgments = await asyncio.gather(*(teacher.judge(PROBLEM, REFERENCE, SENTENCES) for _ in range(3)))
+        done.set()
+        await ticking
+        return judgments, ticks
+
+    try:
+        judgments, ticks = run(scenario())
+    finally:
+        del model.generate
+    assert ticks >= 5  # the loop kept running while the model generated in a worker thread
+    assert active["max"] == 1  # generations were serialised
+    # a random model answers gibberish: defined outcome, identical under greedy decoding
+    assert all(j.status in {"parse_error", "missing_field", "empty", "invalid_field", "out_of_range"} for j in judgments)
+    assert len({j.raw for j in judgments}) == 1 and judgments[0].raw
+    assert teacher.counters["judge_calls"] == 3
+    assert threading.active_count() >= 1
+
+
+# --- factory -----------------------------------------------------------------------------------
+
+
+def test_build_teacher():
+    assert isinstance(build_teacher(), RuleBasedToyTeacher)
+    teacher = build_teacher(base_url="http://127.0.0.1:9/v1", model="m", max_concurrency=4, timeout=3.0)
+    assert isinstance(teacher, OpenAICompatibleTeacher) and teacher.max_concurrency == 4
+    with pytest.raises(ValueError, match="Unknown teacher kind"):
+        build_teacher("vllm")
+    with pytest.raises(ValueError, match="base_url"):
+        build_teacher("http", model="m")
+    with pytest.raises(ValueError, match="rule-based"):
+        build_teacher("rule_based", timeout=3.0)
+
+
+def test_loopback_server_records_requests():
+    with LoopbackChatServer(lambda body, index: Reply(content=json.dumps({"index": index}))) as server:
+        import urllib.error
+        import urllib.request
+
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(urllib.request.Request(server.base_url + "/nope", b"{}"))
+    assert server.requests[0].path == "/v1/nope"
