@@ -1,4 +1,4 @@
-"""Build a teacher from script/config values."""
+"""Build a teacher from a :class:`~hf_meds_cliff.CliffConfig` or from explicit values."""
 
 from __future__ import annotations
 
@@ -8,32 +8,69 @@ from .base import Teacher
 
 __all__ = ["TEACHER_KINDS", "build_teacher"]
 
-TEACHER_KINDS = ("auto", "http", "transformers", "rule_based")
+TEACHER_KINDS = ("auto", "rule", "http", "transformers")
+_ALIASES = {"rule_based": "rule", "rule-based": "rule", "openai": "http"}
+
+
+def _from_config(config: Any) -> Teacher:
+    """The teacher a ``CliffConfig`` (its ``cliff_teacher*`` fields) describes."""
+    kind = config.cliff_teacher
+    temperature = getattr(config, "cliff_teacher_temperature", 0.6)
+    max_tokens = getattr(config, "cliff_teacher_max_tokens", 4096)
+    if _ALIASES.get(kind, kind) == "http":
+        return build_teacher(
+            "http",
+            base_url=config.cliff_teacher_base_url,
+            model=config.cliff_teacher_model,
+            api_key_env=getattr(config, "cliff_teacher_api_key_env", None),
+            max_concurrency=getattr(config, "cliff_teacher_concurrency", 16),
+            timeout=getattr(config, "cliff_teacher_timeout", 120.0),
+            max_retries=getattr(config, "cliff_teacher_max_retries", 3),
+            solve_temperature=temperature,
+            judge_temperature=temperature,
+            solve_max_tokens=max_tokens,
+            judge_max_tokens=max_tokens,
+        )
+    if _ALIASES.get(kind, kind) == "transformers":
+        return build_teacher(
+            "transformers",
+            model=config.cliff_teacher_model,
+            solve_temperature=temperature,
+            judge_temperature=temperature,
+            max_new_tokens=max_tokens,
+        )
+    return build_teacher(kind)
 
 
 def build_teacher(
-    kind: str = "auto",
+    kind: Any = "auto",
     *,
     base_url: str | None = None,
     model: Any = None,
     api_key_env: str | None = None,
     **options: Any,
 ) -> Teacher:
-    """A teacher of ``kind``; ``"auto"`` picks ``http`` when ``base_url`` is given, ``transformers`` when
-    only ``model`` is, and the toy world's ``rule_based`` teacher otherwise.
+    """A teacher of ``kind``, or the one a ``CliffConfig`` passed as ``kind`` describes.
 
-    ``options`` go to the teacher's constructor (e.g. ``max_concurrency``, ``timeout``,
-    ``judge_temperature`` for HTTP; ``tokenizer``, ``max_new_tokens`` for transformers).
+    ``"auto"`` picks ``http`` when ``base_url`` is given, ``transformers`` when only ``model`` is, and
+    the toy world's ``rule`` teacher otherwise. ``options`` go to the teacher's constructor (e.g.
+    ``max_concurrency``, ``timeout``, ``judge_temperature`` for HTTP; ``tokenizer``,
+    ``max_new_tokens`` for transformers).
 
     >>> build_teacher()
     RuleBasedToyTeacher()
     >>> build_teacher("http", base_url="http://127.0.0.1:8000/v1", model="m")
     OpenAICompatibleTeacher(base_url='http://127.0.0.1:8000/v1', model='m', api_key_env=None, ...)
     """
+    if hasattr(kind, "cliff_teacher"):
+        if base_url is not None or model is not None or api_key_env is not None or options:
+            raise ValueError("Pass either a CliffConfig or explicit teacher values to build_teacher, not both.")
+        return _from_config(kind)
+    kind = _ALIASES.get(kind, kind)
     if kind not in TEACHER_KINDS:
         raise ValueError(f"Unknown teacher kind {kind!r}; use one of {TEACHER_KINDS}.")
     if kind == "auto":
-        kind = "http" if base_url else "transformers" if model is not None else "rule_based"
+        kind = "http" if base_url else "transformers" if model is not None else "rule"
     if kind == "http":
         if not base_url or not model:
             raise ValueError(

@@ -51,8 +51,8 @@ class OpenAICompatibleTeacher:
     Args:
         base_url: API root including the version, e.g. ``http://127.0.0.1:8000/v1``.
         model: the ``model`` field of requests (for ``transformers serve``: the model path it serves).
-        api_key_env: name of the environment variable holding the API key (``None``: no key, as for a
-            local ``vllm serve``). A name that is not set raises ``ValueError`` at construction.
+        api_key_env: name of the environment variable holding the API key, read once at construction.
+            ``None`` or a variable that is not set: no ``Authorization`` header (a local ``vllm serve``).
         max_concurrency: requests in flight at most (per event loop).
         timeout: seconds per HTTP request (connect + read).
         max_retries: retries after the first attempt for retryable failures.
@@ -94,14 +94,9 @@ class OpenAICompatibleTeacher:
         for label, value in (("timeout", timeout), ("backoff_base", backoff_base), ("backoff_max", backoff_max)):
             if not isinstance(value, (int, float)) or value < 0 or (label == "timeout" and value == 0):
                 raise ValueError(f"`{label}` must be a positive number of seconds, got {value!r}.")
-        self._api_key: str | None = None
-        if api_key_env:
-            if api_key_env not in os.environ:
-                raise ValueError(
-                    f"The teacher API key variable {api_key_env!r} is not set; export it or pass api_key_env=None "
-                    "for an endpoint without authentication."
-                )
-            self._api_key = os.environ[api_key_env]
+        self._api_key: str | None = os.environ.get(api_key_env) if api_key_env else None
+        if api_key_env and self._api_key is None:
+            logger.info("Teacher API key variable %s is not set: requests carry no API key.", api_key_env)
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
