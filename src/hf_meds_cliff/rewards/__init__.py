@@ -1,1 +1,36 @@
-"""(filled in by its module owner)."""
+"""Verifiable rewards: the math answer check (the project's single correctness function) and DAPO's
+soft overlong penalty, as picklable TRL reward functions.
+
+>>> from hf_meds_cliff.rewards import check_answer
+>>> check_answer("... The answer is \\\\boxed{32}.", "32").correct
+True
+"""
+
+from .extraction import extract_boxed_answer, normalize_answer, parse_integer
+from .functions import MathAnswerReward, OverlongPenaltyReward
+from .verifier import (
+    DEFAULT_TIMEOUT_SECONDS,
+    STATUSES,
+    AnswerCheck,
+    MathVerifyPool,
+    check_answer,
+    check_answers,
+    default_pool,
+    math_verify_equal,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "STATUSES",
+    "AnswerCheck",
+    "MathAnswerReward",
+    "MathVerifyPool",
+    "OverlongPenaltyReward",
+    "check_answer",
+    "check_answers",
+    "default_pool",
+    "extract_boxed_answer",
+    "math_verify_equal",
+    "normalize_answer",
+    "parse_integer",
+]
