@@ -215,8 +215,9 @@ def test_raising_teacher_is_contained(judge_factory):
     outcome = judge_factory(RaisingTeacher({PROBLEM: RIGHT})).process_step(
         make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])])
     )
-    assert outcome.group_modes == [GROUP_FALLBACK_ENDPOINT] * 2
-    assert outcome.counters["judge_failures/exception"] == 1
+    assert outcome.group_modes == [GROUP_CLIFF] * 2  # like the teachers' own "error" status: p(a) = 0
+    assert outcome.first_mistake == [None, 0]
+    assert outcome.counters["judge_failures/error"] == 1
 
 
 def test_caches_hit_on_repeat_and_round_trip_through_json(judge_factory):

@@ -11,8 +11,10 @@ starts (a sentence index, the "pitfall step" p(a)):
 3. Truncated incorrect rollouts get p(a) = 0 without a call.
 4. Every other incorrect rollout of a mixed group is judged (``k`` times with self-consistency), concurrently.
    The teacher saying "no mistake" on a verifier-wrong rollout gives p(a) = 0 and counts a disagreement; a malformed
-   answer (parse error, id out of range, ...) gives p(a) = 0 and counts a failure of that kind; an endpoint failure
-   (timeout, HTTP error, connection refused) makes the whole group fall back to plain GRPO.
+   answer (parse error, id out of range, an exception inside the teacher, ...) gives p(a) = 0 and counts a failure
+   of that kind; an endpoint failure (:func:`~hf_meds_cliff.cliff.teachers.base.is_endpoint_failure`: timeout,
+   HTTP error, unreachable, garbled response, after the teacher's retries) makes the whole group fall back to plain
+   GRPO. With self-consistency, failed judgments are ignored when others of the same rollout answered.
 5. Judgments and verified references are cached (JSON-serialisable, see :meth:`CliffJudge.state_dict`).
 
 Several processes: the calls of a step are enumerated in the same order on every rank, rank ``r`` runs calls
@@ -310,7 +312,7 @@ class CliffJudge:
             solution = await self.teacher.solve(problem)
         except Exception as error:  # a Teacher should not raise; count it instead of stopping training
             logger.warning("Teacher.solve raised %s: %s", type(error).__name__, error)
-            return {"solution": None, "verified": False, "status": "exception"}
+            return {"solution": None, "verified": False, "status": "error"}
         if solution is None:
             return {"solution": None, "verified": False, "status": "no_solution"}
         if not self.reference_filter:
@@ -329,15 +331,11 @@ class CliffJudge:
             judgment = await self.teacher.judge(problem, reference, sentences)
         except Exception as error:  # the protocol says judge never raises; keep training alive if one does
             logger.warning("Teacher.judge raised %s: %s", type(error).__name__, error)
-            judgment = Judgment(first_mistake=None, verdict_correct=None, status="exception", raw=repr(error))
+            judgment = Judgment(first_mistake=None, verdict_correct=None, status="error", raw=repr(error))
         first_mistake = judgment.first_mistake
         if first_mistake is not None and not 0 <= first_mistake < len(sentences):
             return {"first_mistake": None, "status": "out_of_range", "endpoint_failure": False}
-        return {
-            "first_mistake": first_mistake,
-            "status": judgment.status,
-            "endpoint_failure": bool(is_endpoint_failure(judgment)) or judgment.status == "exception",
-        }
+        return {"first_mistake": first_mistake, "status": judgment.status, "endpoint_failure": is_endpoint_failure(judgment)}
 
     def _sharded_calls(
         self, calls: list[Callable[[], Coroutine]], rank: int, world_size: int, gather: Callable[[list], list]

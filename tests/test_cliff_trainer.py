@@ -1,0 +1,192 @@
+"""CliffConfig validation and CliffGRPOTrainer end to end (scripted rollouts, real toy generation, 2 processes)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = {"bf16": False, "use_cpu": True, "report_to": []}
+
+
+def load_driver():
+    spec = importlib.util.spec_from_file_location("cliff_driver", ROOT / "tests" / "multiproc" / "cliff_driver.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"cliff_lam": 1.5}, r"cliff_lam=1.5 is outside \[0, 1\]"),
+        ({"cliff_teacher": "gpt"}, "cliff_teacher='gpt' is not a known teacher kind"),
+        ({"cliff_teacher": "http", "cliff_teacher_model": "m"}, "needs both cliff_teacher_base_url"),
+        ({"cliff_teacher": "transformers"}, "needs cliff_teacher_model"),
+        ({"cliff_self_consistency": 0}, "cliff_self_consistency=0 must be a positive integer"),
+        ({"cliff_self_consistency_reducer": "mean"}, "cliff_self_consistency_reducer='mean' is unknown"),
+        ({"cliff_teacher_timeout": 0}, "cliff_teacher_timeout=0 must be > 0"),
+        ({"cliff_correctness_reward_index": -1}, "must index a reward function"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_fix(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        CliffConfig(output_dir=str(tmp_path), **CPU, **overrides)
+
+
+def test_config_fields_have_help():
+    from dataclasses import fields
+
+    cliff_fields = [f for f in fields(CliffConfig) if f.name.startswith("cliff_")]
+    assert len(cliff_fields) >= 15
+    assert all(f.metadata.get("help") for f in cliff_fields)
+
+
+def test_trainer_rejects_plain_grpo_config_and_bad_reward_index(tmp_path):
+    from trl import GRPOConfig
+
+    driver = load_driver()
+    with pytest.raises(TypeError, match="needs args of type CliffConfig"):
+        CliffGRPOTrainer(model="unused", args=GRPOConfig(output_dir=str(tmp_path), **CPU))
+    with pytest.raises(ValueError, match="cliff_correctness_reward_index=3 but only 1 reward"):
+        driver.build_trainer(str(tmp_path), 4, cliff_correctness_reward_index=3)
+
+
+@pytest.mark.slow
+def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path):
+    """Deterministic rollouts: exact token advantages, metrics, parameter change, cache save + resume."""
+    driver = load_driver()
+    scripted = {"num_prompts": 3, "shuffle_dataset": False}  # the same 3 prompts, in the same order, every step
+    trainer = driver.build_trainer(str(tmp_path), 12, steps=2, save_strategy="steps", save_steps=1, **scripted)
+    initial = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    trainer.train()
+
+    # Step 1: 3 groups x 4 rows; group 2 is all correct; rows 1 and 5 are wrong from sentence 1, rows 2 and 6 from
+    # sentence 0 (see the driver). Token advantages of a wrong-from-sentence-1 row: 0 - b on its first sentence
+    # (λ = 0), A_inc - b on the rest; the group's token advantages sum to zero.
+    advantages = trainer.recorded[0]
+    for row in (1, 5):
+        values = advantages[row][advantages[row] != 0]
+        prefix, suffix = values[0].item(), values[-1].item()
+        assert prefix != pytest.approx(suffix)
+        assert suffix < prefix  # prefix: 0 - b; suffix: A_inc - b with A_inc < 0
+    for group in (0, 1):
+        assert advantages[4 * group : 4 * group + 4].sum().item() == pytest.approx(0.0, abs=1e-4)
+    assert torch.count_nonzero(advantages[8:]) == 0  # zero-variance group
+
+    logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
+    assert [record["cliff/groups_cliff"] for record in logs] == [2.0, 2.0]
+    assert [record["cliff/solve_calls"] for record in logs] == [2.0, 0.0]  # references cached after step 1
+    assert [record["cliff/judgment_cache_hits"] for record in logs] == [0.0, 4.0]
+    assert logs[0]["cliff/agreement"] == 1.0 and 0 < logs[0]["cliff/prefix_fraction"] < 1
+    changed = [k for k, v in trainer.model.state_dict().items() if not torch.equal(v, initial[k])]
+    assert changed, "no parameter changed after two Cliff steps"
+
+    state_path = tmp_path / "checkpoint-1" / "cliff_state.json"
+    state = json.loads(state_path.read_text())
+    assert len(state["references"]) == 2 and len(state["judgments"]) == 4
+
+    # Resume from step 1: the caches come back, so the resumed step calls the teacher zero times.
+    resumed = driver.build_trainer(str(tmp_path), 12, steps=2, save_strategy="no", **scripted)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+    resumed_logs = [record for record in resumed.state.log_history if "cliff/solve_calls" in record]
+    assert resumed_logs[-1]["cliff/solve_calls"] == 0.0 and resumed_logs[-1]["cliff/judge_calls"] == 0.0
+    assert resumed_logs[-1]["cliff/judgment_cache_hits"] == 4.0
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_process_run_equals_one_process_run(tmp_path):
+    """Groups split across 2 CPU processes give the same token advantages and parameters as 1 process."""
+    driver = load_driver()
+    single = driver.run(str(tmp_path / "single"), per_device_batch=12, steps=2)
+    output = tmp_path / "two.pt"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29617",
+        str(ROOT / "tests" / "multiproc" / "cliff_driver.py"), "--output", str(output), "--per_device_batch", "6",
+    ]  # fmt: skip
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    double = torch.load(output, weights_only=False)
+
+    assert double["num_processes"] == 2
+    assert len(single["advantages"]) == len(double["advantages"]) == 2
+    for one, two in zip(single["advantages"], double["advantages"]):
+        torch.testing.assert_close(one, two, rtol=0, atol=1e-6)
+        assert torch.count_nonzero(one) > 0
+    for name, value in single["parameters"].items():
+        torch.testing.assert_close(value, double["parameters"][name], rtol=1e-4, atol=1e-6)
+    cliff_single = [{k: v for k, v in r.items() if k.startswith("cliff/") and "wall" not in k} for r in single["log_history"]]
+    cliff_double = [{k: v for k, v in r.items() if k.startswith("cliff/") and "wall" not in k} for r in double["log_history"]]
+    assert cliff_single == cliff_double
+
+
+@pytest.mark.slow
+def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_path):
+    """Real generation from the warmed-up toy policy, real verifier, rule-based teacher."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff.rewards import MathAnswerReward
+    from hf_meds_cliff.toy import make_toy_dataset
+
+    class CapturingTrainer(CliffGRPOTrainer):
+        captured: list = []
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            self.captured.append((output["advantages"].clone(), self.cliff_last_outcome))
+            return output
+
+    tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(toy_policy_path)
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    args = CliffConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=64,
+        temperature=1.0,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        cliff_teacher="rule",
+        **CPU,
+    )
+    trainer = CapturingTrainer(
+        model=model,
+        reward_funcs=[MathAnswerReward()],
+        args=args,
+        train_dataset=make_toy_dataset("train", 64, seed=0),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    trainer.close_teacher()
+
+    logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
+    assert len(logs) == 2
+    for key in ("cliff/judge_calls", "cliff/groups_skipped", "cliff/agreement", "cliff/judge_wall_time"):
+        assert key in logs[0]
+    assert sum(record["cliff/groups_cliff"] for record in logs) > 0
+    # Every wrong rollout whose first mistake is after sentence 0 has a prefix with a different advantage.
+    split_rows = 0
+    for advantages, outcome in trainer.captured:
+        for row, mistake in enumerate(outcome.first_mistake):
+            if mistake is not None and mistake > 0:
+                values = advantages[row][advantages[row] != 0]
+                assert values[0].item() != pytest.approx(values[-1].item())
+                split_rows += 1
+    assert split_rows > 0, "no wrong rollout with a located mistake after its first sentence"
+    assert any(not torch.equal(v, initial[k]) for k, v in trainer.model.state_dict().items())
