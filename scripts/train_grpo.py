@@ -1,4 +1,5 @@
-"""Plain GRPO (TRL's ``GRPOTrainer``) with the project's verifiable math rewards: the baseline of both papers.
+"""GRPO / DAPO baselines: TRL's ``GRPOTrainer`` with the project's verifiable math rewards, plus DAPO's dynamic
+sampling when ``--dynamic_sampling true`` (off by default: then it is exactly ``GRPOTrainer``).
 
 Toy world on CPU (no download; trains the cached toy policy for a few minutes):
 
@@ -11,22 +12,26 @@ A real model on GPUs (MATH levels; answers are the last \\boxed{} of the `soluti
         --problem_column problem --answer_column solution --answer_from_solution true \\
         --output_dir outputs/grpo-qwen3-1.7b --bf16 true --use_vllm true --vllm_mode colocate
 
-Or from a recipe: ``--config recipes/<recipe>.yaml`` (flags given after it override the file).
+The DAPO baseline of the MEDS paper (loss, clip-higher, overlong penalty, dynamic sampling):
+
+    accelerate launch --config_file recipes/accelerate/ddp_8gpu.yaml scripts/train_grpo.py \
+        --config recipes/dapo_qwen3_1.7b.yaml
+
+Flags given after ``--config`` override the file.
 Add ``--use_peft --lora_r 64 --lora_alpha 128`` for LoRA.
 """
 
 from __future__ import annotations
 
-from trl import GRPOConfig, GRPOTrainer
-
+from hf_meds_cliff.dapo import DAPOConfig, DAPOTrainer
 from hf_meds_cliff.script_utils import parse_script_args, run_training
 
 
 def main(script_args, training_args, model_args):
-    trainer = run_training(GRPOTrainer, script_args, training_args, model_args)
+    trainer = run_training(DAPOTrainer, script_args, training_args, model_args)
     trainer.accelerator.print(f"Model, tokenizer and metrics.jsonl written to {training_args.output_dir}")
     return trainer
 
 
 if __name__ == "__main__":
-    main(*parse_script_args(GRPOConfig, "grpo")).end()
+    main(*parse_script_args(DAPOConfig, "grpo")).end()

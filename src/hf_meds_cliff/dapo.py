@@ -233,4 +233,7 @@ class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """
 
     _tag_names = ["trl", "grpo", "dapo", "hf-meds-cliff"]
-    _name = "DAPO"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._name = "DAPO" if getattr(self.args, "dynamic_sampling", False) else "GRPO"
