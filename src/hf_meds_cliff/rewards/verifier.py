@@ -299,18 +299,12 @@ class MathVerifyPool:
         return [status or "error" for status in results]
 
     def close(self) -> None:
-        """Stop the workers (closing their input ends them; they are killed if they linger)."""
+        """Stop the workers (they hold no state, so they are simply killed)."""
         with self._lock:
             for slot, worker in enumerate(self._workers):
-                if worker is None:
-                    continue
-                try:
-                    worker.process.stdin.close()
-                    worker.process.wait(timeout=2)
-                except (OSError, subprocess.TimeoutExpired):
-                    pass
-                worker.kill()
-                self._workers[slot] = None
+                if worker is not None:
+                    worker.kill()
+                    self._workers[slot] = None
 
 
 _default_pool: MathVerifyPool | None = None
