@@ -18,23 +18,31 @@ Semantics follow the reference implementation (``recipe/MEDS/layer_logits_utils.
 
 * k-NN: ``k = min(knn_k, stored rows)``; neighbours ranked by decreasing cosine similarity, equal
   similarities broken by insertion order (older row first); the vote takes the most frequent
-  label and breaks count ties towards the *smallest* label (``np.unique`` + ``argmax`` in the
-  reference), so the noise label ``-1`` wins a tie.
+  label. Count ties: the reference takes the *smallest* label (``np.unique`` + ``argmax``), so the
+  noise label ``-1`` wins any tie it is part of — kept here. Among tied *clusters* the reference's
+  pick depends on how ``hdbscan`` happens to number clusters (an artefact of its MST edge
+  orientation, not of the data; ``fast_hdbscan`` numbers them differently), so this memory takes
+  the tied label of the nearest neighbour instead: deterministic and independent of numbering.
+  Everything else about the vote equals the reference's.
 * ``noise_policy="cluster"`` (reference): noise is a label like any other, a row voted into noise
   gets the number of stored noise rows. ``"ignore"`` (paper wording): noise ⇒ size 0.
 * Mutual reachability uses the ``min_samples``-th nearest *other* row as core distance (what both
   ``hdbscan`` and ``fast_hdbscan`` compute); for ``min_samples=1`` it equals the euclidean
   distance, because a point's nearest-neighbour distance never exceeds its distance to any other
-  point.
+  point. With ``min_samples > 1`` many mutual-reachability weights are equal (they are core
+  distances), HDBSCAN's result then depends on how ties are ordered, and ``hdbscan`` and
+  ``fast_hdbscan`` themselves disagree on about one random set in ten; this memory orders ties
+  deterministically (see :func:`_dense_spanning_tree`) and is exact only for ``min_samples=1``.
 
 How the fit is made fast and still exact. With ``min_samples=1`` (paper and default) the
 single-linkage hierarchy is the euclidean minimum spanning tree, and the MST of the old rows plus
 the new ones is the MST of (old MST edges ∪ every edge touching a new row) by the cycle property.
 So a step costs ``O(m · n · d)`` distance evaluations per key (``m`` new rows, ``n`` stored)
 instead of a full HDBSCAN, and the tree is then condensed and its clusters selected by
-``fast_hdbscan``'s own numba routines (``clusters_from_spanning_tree``), i.e. the same labels as
-``fast_hdbscan``/``hdbscan`` whenever pairwise distances are distinct (ties may change which of
-several equal-weight edges is kept, never the merge heights). Other ``min_samples`` values, a key
+``fast_hdbscan``'s own numba routines (``clusters_from_spanning_tree``), i.e. the same partition
+as ``fast_hdbscan``/``hdbscan`` whenever pairwise distances are distinct (ties may change which of
+several equal-weight edges is kept, never the merge heights; cluster *numbers* are arbitrary in
+all three and differ between them). Other ``min_samples`` values, a key
 after eviction, and a memory restored without trees use an exact dense Prim MST over the mutual
 reachability distances (``O(n² · d)``). Distances are computed from coordinate differences in
 float64, never through ``2 - 2·cos``, so near-duplicate rows keep their order.
@@ -90,11 +98,12 @@ _FORMAT_VERSION = 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _knn_vote(queries, stored, labels, k):  # pragma: no cover - numba
+def _knn_vote(queries, stored, labels, k, noise_label):  # pragma: no cover - numba
     """k-NN majority vote of ``queries`` (m, d) over ``stored`` (n, d) with ``labels`` (n,).
 
     Rows are L2-normalised, so decreasing dot product = increasing cosine distance. Equal
-    similarities keep the older (lower-index) row first; count ties go to the smallest label.
+    similarities keep the older (lower-index) row first. Count ties go to ``noise_label`` when it
+    is among the tied labels, else to the tied label met first from the nearest neighbour on.
     Returns the voted label per query, (m,) int64.
     """
     num_queries, dim = queries.shape
@@ -124,13 +133,15 @@ def _knn_vote(queries, stored, labels, k):  # pragma: no cover - numba
             best_index[position] = j
         best_label = 0
         best_count = 0
-        for a in range(k):
+        for a in range(k):  # nearest first, so among equal counts the nearest label is met first
             label = labels[best_index[a]]
             count = 0
             for b in range(k):
                 if labels[best_index[b]] == label:
                     count += 1
-            if count > best_count or (count == best_count and label < best_label):
+            if count > best_count or (
+                count == best_count and label == noise_label and best_label != noise_label
+            ):
                 best_count = count
                 best_label = label
         voted[q] = best_label
@@ -564,7 +575,7 @@ class ErrorMemory:
             entry = self._entries.get(key)
             if entry is None or entry.num_rows == 0:
                 continue
-            voted = _knn_vote(points[rows], entry.features, entry.labels, self.knn_k)
+            voted = _knn_vote(points[rows], entry.features, entry.labels, self.knn_k, NOISE_LABEL)
             unique_labels, counts = np.unique(entry.labels, return_counts=True)
             sizes = counts[np.searchsorted(unique_labels, voted)]
             is_noise = voted == NOISE_LABEL

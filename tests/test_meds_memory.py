@@ -1,0 +1,306 @@
+"""ErrorMemory: exact cluster sizes on hand-made sets, noise policies, eviction, checkpoints, and
+equivalence with the reference per-row loop (scikit-learn cosine k-NN + ``hdbscan`` per key)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from hf_meds_cliff.meds import ErrorMemory, hdbscan_labels
+from hf_meds_cliff.meds.memory import MEMORY_JSON_NAME, MEMORY_NPZ_NAME, _knn_vote
+
+
+def unit(degrees: float) -> list[float]:
+    radians = np.deg2rad(degrees)
+    return [float(np.cos(radians)), float(np.sin(radians))]
+
+
+# Group A (3 rows) around 2°, group B (2 rows) around 91°, one outlier at 225°. Euclidean MST edges:
+# A-A 2°, 2°; B-B 3°; A-B 86°; B-outlier 132°. Cutting from the top: the outlier falls out alone
+# (size 1 < 2 ⇒ noise), then {A, B} splits into A and B, both >= 2 rows ⇒ two clusters.
+STEP_1 = np.array([unit(a) for a in (0, 2, 4, 90, 93, 225)])
+
+
+def partition(labels) -> list[int]:
+    """Labels renumbered by first appearance (noise stays -1), to compare partitions."""
+    numbering: dict[int, int] = {}
+    return [-1 if label == -1 else numbering.setdefault(label, len(numbering)) for label in labels]
+
+
+def test_hand_made_clusters_and_sizes():
+    memory = ErrorMemory()
+    assert memory.assign_and_update(["q"] * 6, STEP_1).tolist() == [0] * 6  # empty memory
+    assert partition(memory.stored_labels("q")) == [0, 0, 0, 1, 1, -1]
+
+    queries = np.array([unit(1), unit(91), unit(220), unit(1)])
+    sizes = memory.assign_and_update(["q", "q", "q", "other"], queries)
+    # 1° -> A, A, A; 91° -> B, B, then A (87° away) beats the outlier (134°); 220° -> outlier
+    # (noise), then B, B: the 2-1 majority is B. A key seen for the first time gets 0.
+    assert sizes.tolist() == [3, 2, 2, 0]
+    # Refit with the step's rows: the 220° row joins the outlier to form a 2-row cluster.
+    assert partition(memory.stored_labels("q")) == [0, 0, 0, 1, 1, 2, 0, 1, 2]
+    # Sizes count the stored rows, now including last step's rows (not this step's).
+    assert memory.assign_and_update(["q", "q"], np.array([unit(3), unit(3)])).tolist() == [4, 4]
+
+
+def test_noise_policies_and_single_row():
+    for policy, expected in (("cluster", 1), ("ignore", 0)):
+        memory = ErrorMemory(knn_k=1, noise_policy=policy)
+        memory.assign_and_update(["q"] * 6, STEP_1)
+        # The nearest stored row of 220° is the outlier: noise, 1 stored noise row.
+        assert memory.assign_and_update(["q"], np.array([unit(220)])).tolist() == [expected]
+        assert memory.last_step_stats()["assigned_noise_fraction"] == 1.0
+
+    for policy, expected in (("cluster", 1), ("ignore", 0)):
+        memory = ErrorMemory(noise_policy=policy)
+        assert memory.assign_and_update(["q"], np.array([unit(10)])).tolist() == [0]
+        assert memory.stored_labels("q").tolist() == [-1]  # < 2 rows ⇒ all noise
+        # k = min(3, 1 stored row): the single neighbour is noise.
+        assert memory.assign_and_update(["q"], np.array([unit(50)])).tolist() == [expected]
+
+
+def test_knn_vote_tie_breaks():
+    stored = np.array([unit(0), unit(10), unit(20), unit(0)])
+    query = np.array([unit(1)])
+    # Neighbours of 1°: rows 0 and 3 (0°, the older first), then row 1 (10°).
+    # 1-1-1 tie among clusters: the nearest neighbour's label.
+    assert _knn_vote(query, stored, np.array([5, 1, 2, 7]), 3, -1).tolist() == [5]
+    # Noise wins any tie it is part of (the reference's smallest-label rule).
+    assert _knn_vote(query, stored, np.array([5, -1, 2, 7]), 3, -1).tolist() == [-1]
+    # Rows 0 and 3 are identical: the older one ranks first.
+    assert _knn_vote(query, stored, np.array([5, 1, 2, 7]), 1, -1).tolist() == [5]
+    # A 2-1 majority beats the nearest row.
+    assert _knn_vote(query, stored, np.array([5, 1, 2, 1]), 3, -1).tolist() == [1]
+
+
+def test_duplicate_keys_in_one_call_use_the_old_memory():
+    memory = ErrorMemory()
+    rows = np.array([unit(0), unit(1), unit(90), unit(2), unit(91)])
+    assert memory.assign_and_update(["a", "b", "a", "a", "b"], rows).tolist() == [0] * 5
+    assert partition(memory.stored_labels("a")) == [-1, -1, -1]  # 3 rows: no split survives
+    assert memory.stored_features("a").shape == (3, 2)
+    # Interleaved keys of one call are each assigned against the memory before the call, so the
+    # result does not depend on how the rows are split into calls.
+    together = ErrorMemory()
+    separately = ErrorMemory()
+    for memory_ in (together, separately):
+        memory_.assign_and_update(["q"] * 6, STEP_1)
+    queries = np.array([unit(1), unit(91), unit(2)])
+    joint = together.assign_and_update(["q", "q", "q"], queries)
+    copies = [_copy(separately) for _ in range(3)]
+    individual = [copies[i].assign_and_update(["q"], queries[i : i + 1])[0] for i in range(3)]
+    assert joint.tolist() == individual == [3, 2, 3]
+
+
+def _copy(memory: ErrorMemory) -> ErrorMemory:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        memory.save(directory)
+        return ErrorMemory.load(directory)
+
+
+def test_empty_call_and_stats():
+    memory = ErrorMemory()
+    assert memory.assign_and_update([], np.zeros((0, 3))).tolist() == []
+    assert memory.num_rows == 0 and memory.num_updates == 0
+    memory.assign_and_update(["q"] * 6, STEP_1)
+    memory.assign_and_update(["q", "q", "new"], np.array([unit(1), unit(91), unit(5)]))
+    stats = memory.last_step_stats()
+    assert stats["rows"] == 3 and stats["keys"] == 2 and stats["new_keys"] == 1
+    assert stats["assigned_rows"] == 2
+    assert stats["mean_cluster_size"] == pytest.approx((3 + 2 + 0) / 3)
+    assert stats["max_cluster_size"] == 3
+    assert stats["memory_rows"] == 9 and stats["memory_keys"] == 2
+    # "q": 8 rows in clusters A (4) and B (3), outlier noise; "new": 1 row, noise.
+    assert stats["clusters_per_key"] == pytest.approx((2 + 0) / 2)
+    assert stats["noise_fraction"] == pytest.approx(2 / 9)
+    assert stats["fit_seconds"] >= 0 and stats["assign_seconds"] >= 0
+
+
+def test_eviction_drops_oldest_before_refit():
+    memory = ErrorMemory(max_rows_per_key=5)
+    memory.assign_and_update(["q"] * 3, np.array([unit(0), unit(1), unit(2)]))
+    memory.assign_and_update(["q"] * 3, np.array([unit(90), unit(91), unit(93)]))
+    assert memory.last_step_stats()["evicted_rows"] == 1
+    kept = memory.stored_features("q")
+    np.testing.assert_allclose(kept, np.array([unit(a) for a in (1, 2, 90, 91, 93)]))
+    labels = memory.stored_labels("q")
+    assert partition(labels) == partition(hdbscan_labels(kept)) == [0, 0, 1, 1, 1]
+    # 1.5° finds 1° and 2° (and 90°): the 0° row is gone, so its cluster has 2 rows, not 3.
+    assert memory.assign_and_update(["q"], np.array([unit(1.5)])).tolist() == [2]
+    assert memory.stored_features("q").shape == (5, 2)
+
+
+def test_save_load_round_trip_and_identical_future(tmp_path):
+    rng = np.random.default_rng(7)
+    keys = [("p1", True), ("p1", False), ("p2", False), 17, "plain"]
+
+    def batch(step):
+        centres = np.repeat(np.eye(6)[:3], 4, axis=0)
+        return rng.normal(scale=0.15, size=(12, 6)) + centres, [keys[(i + step) % 5] for i in range(12)]
+
+    uninterrupted = ErrorMemory(noise_policy="ignore")
+    steps = [batch(step) for step in range(6)]
+    for features, step_keys in steps[:3]:
+        uninterrupted.assign_and_update(step_keys, features)
+    uninterrupted.save(tmp_path)
+    assert (tmp_path / MEMORY_NPZ_NAME).is_file() and (tmp_path / MEMORY_JSON_NAME).is_file()
+    header = json.loads((tmp_path / MEMORY_JSON_NAME).read_text())
+    assert header["config"]["noise_policy"] == "ignore" and len(header["keys"]) == 5
+
+    resumed = ErrorMemory.load(tmp_path)
+    assert resumed.fingerprint() == uninterrupted.fingerprint()
+    assert resumed.keys() == uninterrupted.keys()
+    assert resumed.config() == uninterrupted.config()
+    for features, step_keys in steps[3:]:
+        expected = uninterrupted.assign_and_update(step_keys, features)
+        np.testing.assert_array_equal(resumed.assign_and_update(step_keys, features), expected)
+    assert resumed.state_equal(uninterrupted)
+    # numpy scalars are the same keys as their Python values
+    assert (np.str_("p1"), np.bool_(True)) in resumed and np.int64(17) in resumed
+
+    empty = ErrorMemory(min_cluster_size=3)
+    assert ErrorMemory.load(empty.save(tmp_path / "empty")).state_equal(empty)
+
+
+def test_fingerprint_sees_state_changes():
+    first, second = ErrorMemory(), ErrorMemory()
+    assert first.fingerprint() == second.fingerprint()
+    first.assign_and_update(["q"] * 6, STEP_1)
+    second.assign_and_update(["q"] * 6, STEP_1)
+    assert first.state_equal(second)
+    second.assign_and_update(["q"], np.array([unit(7)]))
+    assert not first.state_equal(second)
+    assert ErrorMemory(knn_k=5).fingerprint() != ErrorMemory().fingerprint()
+
+
+def test_bad_input_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="min_cluster_size must be >= 2"):
+        ErrorMemory(min_cluster_size=1)
+    with pytest.raises(TypeError, match="knn_k must be an int"):
+        ErrorMemory(knn_k=2.5)
+    with pytest.raises(ValueError, match="noise_policy must be one of"):
+        ErrorMemory(noise_policy="drop")
+    with pytest.raises(ValueError, match="max_rows_per_key must be >= 1"):
+        ErrorMemory(max_rows_per_key=0)
+    memory = ErrorMemory()
+    with pytest.raises(ValueError, match="keys has 2 entries but features has 3 rows"):
+        memory.assign_and_update(["a", "b"], np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"shape \(n, d\)"):
+        memory.assign_and_update(["a"], np.zeros(3))
+    with pytest.raises(ValueError, match="NaN or inf in rows \\[1\\]"):
+        memory.assign_and_update(["a", "a"], np.array([[1.0, 0.0], [np.nan, 1.0]]))
+    with pytest.raises(TypeError, match="keys must be str, int, bool or tuples"):
+        memory.assign_and_update([("a", 1.5)], np.ones((1, 2)))
+    with pytest.raises(TypeError, match="must be hashable"):
+        memory.assign_and_update([["a"]], np.ones((1, 2)))
+    assert memory.num_rows == 0  # rejected calls leave no state behind
+    memory.assign_and_update(["a"], np.ones((1, 2)))
+    with pytest.raises(ValueError, match="width 3 but this memory stores width 2"):
+        memory.assign_and_update(["a"], np.ones((1, 3)))
+    with pytest.raises(FileNotFoundError, match="meds_memory.json does not exist"):
+        ErrorMemory.load(tmp_path / "missing")
+
+
+def _mixture(rng, num_rows, dim=14, num_modes=3):
+    centres = rng.normal(size=(num_modes, dim))
+    rows = centres[rng.integers(0, num_modes, num_rows)] + rng.normal(scale=0.35, size=(num_rows, dim))
+    return rows
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_labels_match_hdbscan_package(seed):
+    hdbscan = pytest.importorskip("hdbscan")
+    from sklearn.preprocessing import normalize
+
+    rng = np.random.default_rng(seed)
+    for num_rows in (2, 3, 5, 17, 60, 150):
+        features = _mixture(rng, num_rows)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reference = hdbscan.HDBSCAN(min_cluster_size=2, min_samples=1).fit_predict(normalize(features))
+        assert partition(hdbscan_labels(features)) == partition(reference)
+
+
+def _reference_step(state, keys, features, k=3):
+    """The reference implementation's per-row loop (recipe/MEDS/layer_logits_utils.py) with its
+    vote, returning sizes and, per row, whether the vote was a tie between distinct clusters."""
+    import hdbscan
+    from sklearn.neighbors import NearestNeighbors
+    from sklearn.preprocessing import normalize
+
+    sizes, ambiguous = np.zeros(len(keys), dtype=int), np.zeros(len(keys), dtype=bool)
+    groups: dict = {}
+    for row, key in enumerate(keys):
+        groups.setdefault(key, []).append(row)
+    for key, rows in groups.items():
+        vectors, labels = state.setdefault(key, ([], []))
+        if labels:
+            stored, stored_labels = np.stack(vectors), np.array(labels)
+            for row in rows:
+                nn = NearestNeighbors(n_neighbors=min(k, len(stored)), metric="cosine", algorithm="brute")
+                nn.fit(stored)
+                neighbours = stored_labels[nn.kneighbors(features[row][None])[1][0]]
+                unique, counts = np.unique(neighbours, return_counts=True)
+                label = unique[np.argmax(counts)]
+                tied = unique[counts == counts.max()]
+                ambiguous[row] = len(tied) > 1 and -1 not in tied
+                sizes[row] = int(np.sum(stored_labels == label))
+        vectors.extend(features[rows])
+        if len(vectors) < 2:
+            labels[:] = [-1] * len(vectors)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fitted = hdbscan.HDBSCAN(min_cluster_size=2, min_samples=1).fit_predict(
+                    normalize(np.stack(vectors))
+                )
+            labels[:] = fitted.tolist()
+    return sizes, ambiguous
+
+
+def test_matches_reference_loop_over_steps():
+    pytest.importorskip("hdbscan")
+    rng = np.random.default_rng(3)
+    memory, state = ErrorMemory(), {}
+    keys_per_step = 4
+    compared = 0
+    centres = {key: rng.normal(size=(3, 14)) for key in range(keys_per_step)}
+    for step in range(8):
+        keys = [(f"p{key}", bool(step % 2)) for key in range(keys_per_step) for _ in range(6)]
+        features = np.stack(
+            [centres[int(k[0][1:])][rng.integers(0, 3)] + rng.normal(scale=0.3, size=14) for k in keys]
+        )
+        ours = memory.assign_and_update(keys, features)
+        reference, ambiguous = _reference_step(state, keys, features)
+        np.testing.assert_array_equal(ours[~ambiguous], reference[~ambiguous])
+        compared += int((~ambiguous).sum())
+        for key in set(keys):
+            assert partition(memory.stored_labels(key)) == partition(state[key][1])
+    assert compared >= 150
+    assert memory.num_rows == 8 * 24
+
+
+def test_incremental_fit_equals_fit_from_scratch():
+    rng = np.random.default_rng(11)
+    memory = ErrorMemory()
+    for _ in range(12):
+        memory.assign_and_update(["q"] * 16, _mixture(rng, 16))
+        labels = memory.stored_labels("q")
+        assert partition(labels) == partition(hdbscan_labels(memory.stored_features("q")))
+    assert len(set(labels.tolist()) - {-1}) >= 2
+
+
+def test_min_samples_two_uses_mutual_reachability():
+    memory = ErrorMemory(min_samples=2)
+    # Three tight pairs far apart: with min_samples=2 each row's core distance is its second
+    # nearest other row, so the pairs are only as dense as their distance to the next pair.
+    rows = np.array([unit(a) for a in (0, 1, 60, 61, 200, 202, 203)])
+    memory.assign_and_update(["q"] * 7, rows)
+    labels = memory.stored_labels("q")
+    assert partition(labels) == partition(hdbscan_labels(rows, min_samples=2))
+    assert labels[5] == labels[6] != -1
