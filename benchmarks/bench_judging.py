@@ -33,7 +33,9 @@ def wrong_rollouts(count: int, seed: int = 0) -> list[tuple[str, list[str]]]:
     for _ in range(count):
         a, b, m, c = rng.randint(1, 20), rng.randint(1, 20), rng.randint(2, 5), rng.randint(1, 20)
         s1, s2 = a + b, (a + b) * m + 1
-        text = f"{a} + {b} = {s1}. {s1} * {m} = {s2}. {s2} - {c} = {s2 - c}. The answer is \\boxed{{{s2 - c}}}."
+        text = (
+            f"{a} + {b} = {s1}. {s1} * {m} = {s2}. {s2} - {c} = {s2 - c}. The answer is \\boxed{{{s2 - c}}}."
+        )
         rollouts.append((f"Compute ({a} + {b}) * {m} - {c}.", [text[s:e] for s, e in split_sentences(text)]))
     return rollouts
 
@@ -43,7 +45,9 @@ async def judge_sequential(teacher, rollouts, reference: str):
 
 
 async def judge_concurrent(teacher, rollouts, reference: str):
-    return await asyncio.gather(*(teacher.judge(problem, reference, sentences) for problem, sentences in rollouts))
+    return await asyncio.gather(
+        *(teacher.judge(problem, reference, sentences) for problem, sentences in rollouts)
+    )
 
 
 def timed(teacher, function, rollouts) -> tuple[float, list]:
@@ -56,7 +60,9 @@ def timed(teacher, function, rollouts) -> tuple[float, list]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--latency", type=float, default=0.2, help="injected seconds per teacher call (>= 0)")
     parser.add_argument("--concurrency", type=int, default=16, help="max teacher calls in flight")
     parser.add_argument("--rollouts", type=int, default=64, help="wrong rollouts judged per step")
@@ -76,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     failures = sum(j.status != "ok" or j.first_mistake != 1 for j in judgments)
     target_s = args.latency * math.ceil(args.rollouts / args.concurrency)
 
-    print(f"rollouts={args.rollouts} latency={args.latency:.3f}s concurrency={args.concurrency} (peak in flight {peak})")
+    print(
+        f"rollouts={args.rollouts} latency={args.latency:.3f}s concurrency={args.concurrency} (peak in flight {peak})"
+    )
     print(f"sequential     : {sequential_s:8.3f} s  ({sequential_s / args.rollouts * 1000:.1f} ms per call)")
     print(f"concurrent     : {concurrent_s:8.3f} s  (median of {args.repeats})")
     print(f"speed-up       : {sequential_s / concurrent_s:8.2f}x  (sequential / concurrent)")

@@ -26,8 +26,16 @@ GROUP_CORRECT = [True, False, False]
 GROUP_SUFFIX = [0, 1, 0]
 GROUP_MASK = [[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 0]]
 EXPECTED = {
-    0.0: [[F(20, 9), F(20, 9), 0, 0], [F(2, 9), F(-7, 9), F(-7, 9), F(-7, 9)], [F(-7, 9), F(-7, 9), F(-7, 9), 0]],
-    0.5: [[F(19, 9), F(19, 9), 0, 0], [F(10, 9), F(-8, 9), F(-8, 9), F(-8, 9)], [F(-8, 9), F(-8, 9), F(-8, 9), 0]],
+    0.0: [
+        [F(20, 9), F(20, 9), 0, 0],
+        [F(2, 9), F(-7, 9), F(-7, 9), F(-7, 9)],
+        [F(-7, 9), F(-7, 9), F(-7, 9), 0],
+    ],
+    0.5: [
+        [F(19, 9), F(19, 9), 0, 0],
+        [F(10, 9), F(-8, 9), F(-8, 9), F(-8, 9)],
+        [F(-8, 9), F(-8, 9), F(-8, 9), 0],
+    ],
     1.0: [[2, 2, 0, 0], [2, -1, -1, -1], [-1, -1, -1, 0]],
 }
 
@@ -108,7 +116,12 @@ def test_suffix_start_zero_everywhere_is_grpo_minus_token_mean():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0]])
     for lam in (0.0, 1.0):
         out = cliff_token_advantages(
-            advantages, torch.tensor([True, True, False]), torch.tensor([0, 0, 0]), torch.tensor([0, 0, 0]), mask, lam
+            advantages,
+            torch.tensor([True, True, False]),
+            torch.tensor([0, 0, 0]),
+            torch.tensor([0, 0, 0]),
+            mask,
+            lam,
         )
         baseline = (0.5 * 3 + 0.5 * 1 - 1.5 * 2) / 6
         torch.testing.assert_close(out, (advantages[:, None] - baseline) * mask)
@@ -117,14 +130,20 @@ def test_suffix_start_zero_everywhere_is_grpo_minus_token_mean():
 def test_suffix_beyond_length_makes_the_row_all_prefix():
     # incorrect row, suffix_start past its last token: lam * A_cor everywhere (lam = 1 -> same as correct)
     out = cliff_token_advantages(
-        torch.tensor([1.0, -1.0]), torch.tensor([True, False]), torch.tensor([0, 0]), torch.tensor([0, 10]),
-        torch.ones(2, 2), lam=1.0,
+        torch.tensor([1.0, -1.0]),
+        torch.tensor([True, False]),
+        torch.tensor([0, 0]),
+        torch.tensor([0, 10]),
+        torch.ones(2, 2),
+        lam=1.0,
     )
     torch.testing.assert_close(out, torch.zeros(2, 2))
 
 
 def test_zero_variance_groups():
-    flags = zero_variance_groups(torch.tensor([True, False, False, False, True]), torch.tensor([1, 1, 2, 2, 3]))
+    flags = zero_variance_groups(
+        torch.tensor([True, False, False, False, True]), torch.tensor([1, 1, 2, 2, 3])
+    )
     assert flags.tolist() == [False, False, True, True, True]
 
 
@@ -219,7 +238,9 @@ def test_first_mistake_token_positions_on_real_bpe(bpe_tokenizer, text):
         if k > 0:
             assert len(bpe_tokenizer.decode(ids[: position + 1], skip_special_tokens=True)) > boundary
         # the tokenizer-agnostic fallback agrees with the offset fast path
-        assert token_index_at_char(bpe_tokenizer, ids, boundary, skip_special_tokens=True) == (position if k else 0)
+        assert token_index_at_char(bpe_tokenizer, ids, boundary, skip_special_tokens=True) == (
+            position if k else 0
+        )
 
 
 def test_bpe_straddling_token_belongs_to_suffix(bpe_tokenizer):
@@ -234,8 +255,12 @@ def test_bpe_straddling_token_belongs_to_suffix(bpe_tokenizer):
 def test_non_canonical_ids_use_decode_fallback(bpe_tokenizer):
     # one token per character: re-encoding does not give these ids back, so offsets are not used
     text = TEXTS[0]
-    ids = [bpe_tokenizer.convert_tokens_to_ids(bpe_tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(c)[0][0])
-           for c in text]
+    ids = [
+        bpe_tokenizer.convert_tokens_to_ids(
+            bpe_tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(c)[0][0]
+        )
+        for c in text
+    ]
     assert bpe_tokenizer.decode(ids) == text
     spans = split_sentences(text)
     positions = first_mistake_token_positions(bpe_tokenizer, [ids] * 3, [text] * 3, [None, 0, 2])

@@ -19,8 +19,15 @@ def test_judge_prompt_contains_problem_reference_numbered_sentences_and_rules():
     assert "[0] 7 + 5 = 12.\n[1] 12 * 3 = 35.\n[2] 35 - 4 = 31.\n[3] The answer is \\boxed{31}." in user
     assert "from 0 to 3" in user and "-1" in user
     system = messages[0]["content"]
-    for rule in ("irrefutable", "different but valid method", "later notices and corrects", "gibberish",
-                 "first genuine mistake", '"first_mistake"', '"final_answer_correct"'):
+    for rule in (
+        "irrefutable",
+        "different but valid method",
+        "later notices and corrects",
+        "gibberish",
+        "first genuine mistake",
+        '"first_mistake"',
+        '"final_answer_correct"',
+    ):
         assert rule in system
     assert system == JUDGE_SYSTEM_PROMPT
 
@@ -52,8 +59,13 @@ CORPUS = [
     ('{"final_answer_correct": true, "first_mistake": -1}', None, True, "ok"),
     ('{"final_answer_correct": true, "first_mistake": null}', None, True, "ok"),
     # code fences, text before and after
-    ('Reasoning...\n```json\n{"final_answer_correct": false, "first_mistake": 2}\n```\nHope this helps!', 2, False, "ok"),
-    ("```\n{\"first_mistake\": 0, \"final_answer_correct\": false}\n```", 0, False, "ok"),
+    (
+        'Reasoning...\n```json\n{"final_answer_correct": false, "first_mistake": 2}\n```\nHope this helps!',
+        2,
+        False,
+        "ok",
+    ),
+    ('```\n{"first_mistake": 0, "final_answer_correct": false}\n```', 0, False, "ok"),
     # trailing commas, single quotes, Python literals
     ('{"final_answer_correct": false, "first_mistake": 3,}', 3, False, "ok"),
     ("{'final_answer_correct': False, 'first_mistake': 1}", 1, False, "ok"),
@@ -66,13 +78,27 @@ CORPUS = [
     ('{"correct": false, "first_mistake_id": 1}', 1, False, "ok"),  # field aliases
     ('{"Final Answer Correct": false, "First-Mistake": 2.0}', 2, False, "ok"),
     # several JSON objects: the last wins; LaTeX braces in the reasoning are ignored
-    ('Draft: {"first_mistake": 0}. \\frac{1}{2} is fine. Final: {"final_answer_correct": false, "first_mistake": 2}',
-     2, False, "ok"),
+    (
+        'Draft: {"first_mistake": 0}. \\frac{1}{2} is fine. Final: {"final_answer_correct": false, "first_mistake": 2}',
+        2,
+        False,
+        "ok",
+    ),
     # reasoning model: the answer after </think> wins over drafts in the thinking
-    ('<think>maybe {"first_mistake": 0}</think>{"final_answer_correct": false, "first_mistake": 1}', 1, False, "ok"),
+    (
+        '<think>maybe {"first_mistake": 0}</think>{"final_answer_correct": false, "first_mistake": 1}',
+        1,
+        False,
+        "ok",
+    ),
     ('<think>{"final_answer_correct": false, "first_mistake": 2}</think>Done.', 2, False, "ok"),
     # nested object and braces inside strings
-    ('{"result": {"x": 1}, "note": "a } brace", "final_answer_correct": false, "first_mistake": 1}', 1, False, "ok"),
+    (
+        '{"result": {"x": 1}, "note": "a } brace", "final_answer_correct": false, "first_mistake": 1}',
+        1,
+        False,
+        "ok",
+    ),
     # ids out of range
     ('{"final_answer_correct": false, "first_mistake": 4}', None, False, "out_of_range"),
     ('{"final_answer_correct": false, "first_mistake": -3}', None, False, "out_of_range"),
@@ -101,7 +127,11 @@ CORPUS = [
 @pytest.mark.parametrize(("answer", "first_mistake", "verdict", "status"), CORPUS)
 def test_parse_corpus(answer, first_mistake, verdict, status):
     judgment = parse_judgment(answer, 4)
-    assert (judgment.first_mistake, judgment.verdict_correct, judgment.status) == (first_mistake, verdict, status)
+    assert (judgment.first_mistake, judgment.verdict_correct, judgment.status) == (
+        first_mistake,
+        verdict,
+        status,
+    )
     assert judgment.raw == (answer or "")
     assert not is_endpoint_failure(judgment)
 
@@ -110,7 +140,7 @@ def test_parse_never_raises_on_garbage():
     import random
 
     rng = random.Random(0)
-    alphabet = list('{}[]"\':,-0123456789 truefalsnul\n') + ['"first_mistake"', "```json", "</think>"]
+    alphabet = list("{}[]\"':,-0123456789 truefalsnul\n") + ['"first_mistake"', "```json", "</think>"]
     for _ in range(2000):
         answer = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
         judgment = parse_judgment(answer, 3)
@@ -133,10 +163,18 @@ def test_aggregate_judgments():
     assert (combined.first_mistake, combined.verdict_correct, combined.status) == (3, False, "ok")
     assert agreement == pytest.approx(2 / 3)
     # most say "no mistake"
-    combined, agreement = aggregate_judgments([Judgment(None, True, "ok"), Judgment(None, True, "ok"), Judgment(1, False, "ok")])
-    assert combined.first_mistake is None and combined.verdict_correct is True and agreement == pytest.approx(2 / 3)
+    combined, agreement = aggregate_judgments(
+        [Judgment(None, True, "ok"), Judgment(None, True, "ok"), Judgment(1, False, "ok")]
+    )
+    assert (
+        combined.first_mistake is None
+        and combined.verdict_correct is True
+        and agreement == pytest.approx(2 / 3)
+    )
     # only failures: an endpoint failure is propagated so the group falls back to GRPO
-    combined, agreement = aggregate_judgments([Judgment(None, None, "parse_error"), Judgment(None, None, "timeout")])
+    combined, agreement = aggregate_judgments(
+        [Judgment(None, None, "parse_error"), Judgment(None, None, "timeout")]
+    )
     assert combined.status == "timeout" and agreement == 0.0
     with pytest.raises(ValueError, match="at least one"):
         aggregate_judgments([])

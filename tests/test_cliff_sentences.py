@@ -1,6 +1,7 @@
 """Sentence segmentation: lossless spans and the splitting rules the teacher and toy checker rely on."""
 
 import random
+from itertools import pairwise
 
 import pytest
 
@@ -11,7 +12,7 @@ def assert_covers(text, spans):
     assert "".join(text[s:e] for s, e in spans) == text
     if text:
         assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in pairwise(spans):
         assert end == start
     assert all(s < e for s, e in spans)
 
@@ -51,11 +52,15 @@ def assert_covers(text, spans):
         ('He said "stop." Then (it ended.) Fine', ['He said "stop." ', "Then (it ended.) ", "Fine"]),
         ("**Step 1.** Add. Wait... then", ["**Step 1.** ", "Add. ", "Wait... ", "then"]),
         # abbreviations
-        ("Use a trick, e.g. symmetry, i.e. swap. Then cf. Eq. 3 vs. Fig. 2 ok.", [
-            "Use a trick, e.g. symmetry, i.e. swap. ", "Then cf. Eq. 3 vs. Fig. 2 ok."
-        ]),
+        (
+            "Use a trick, e.g. symmetry, i.e. swap. Then cf. Eq. 3 vs. Fig. 2 ok.",
+            ["Use a trick, e.g. symmetry, i.e. swap. ", "Then cf. Eq. 3 vs. Fig. 2 ok."],
+        ),
         # list markers at the start of a line
-        ("Steps:\n1. Add 2.\n2. Multiply.\n- Check.", ["Steps:\n", "1. Add 2.\n", "2. Multiply.\n", "- Check."]),
+        (
+            "Steps:\n1. Add 2.\n2. Multiply.\n- Check.",
+            ["Steps:\n", "1. Add 2.\n", "2. Multiply.\n", "- Check."],
+        ),
         ("a. first\nb. second\niv. fourth", ["a. first\n", "b. second\n", "iv. fourth"]),
         # a dot without following whitespace does not split
         ("Visit x.y.z now. Ok", ["Visit x.y.z now. ", "Ok"]),
@@ -87,7 +92,17 @@ def test_non_string_rejected():
 
 def test_random_texts_are_always_covered():
     # Property check: whatever the characters (unbalanced math, braces, escapes), spans cover the text.
-    alphabet = list("ab1. !?\n$\\{}[]()e.g. ") + ["$$", "\\[", "\\]", "\\(", "\\)", "\\{", "\\}", "3.5", "\n\n"]
+    alphabet = list("ab1. !?\n$\\{}[]()e.g. ") + [
+        "$$",
+        "\\[",
+        "\\]",
+        "\\(",
+        "\\)",
+        "\\{",
+        "\\}",
+        "3.5",
+        "\n\n",
+    ]
     rng = random.Random(0)
     for _ in range(500):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
@@ -96,3 +111,29 @@ def test_random_texts_are_always_covered():
         # no span is whitespace-only unless the whole text is
         if text.strip():
             assert all(text[s:e].strip() for s, e in spans)
+
+
+def test_cliff_package_imports_no_heavy_dependencies_and_exports_resolve():
+    import subprocess
+    import sys
+
+    import hf_meds_cliff.cliff as cliff
+    import hf_meds_cliff.cliff.teachers as teachers
+
+    code = (
+        "import sys, hf_meds_cliff.cliff, hf_meds_cliff.cliff.teachers\n"
+        "heavy = [m for m in ('trl', 'httpx', 'transformers', 'torch') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert set(cliff.__all__) == {"split_sentences", "sentence_texts", *cliff._LAZY_ATTRIBUTES}
+    for name in cliff.__all__:
+        if name not in (
+            "CliffConfig",
+            "CliffGRPOTrainer",
+        ):  # the trainer's modules (import trl) are tested there
+            assert getattr(cliff, name) is not None
+    assert all(getattr(teachers, name) is not None for name in teachers.__all__)

@@ -90,7 +90,9 @@ def test_http_teacher_timeout_after_retries():
 
 def test_http_teacher_retries_5xx_then_succeeds():
     def responder(body, index):
-        return Reply(status=503, raw_body='{"error": "overloaded"}') if index < 2 else Reply(content=GOOD_ANSWER)
+        return (
+            Reply(status=503, raw_body='{"error": "overloaded"}') if index < 2 else Reply(content=GOOD_ANSWER)
+        )
 
     with LoopbackChatServer(responder) as server:
         teacher = fast_teacher(server, max_retries=3)
@@ -106,7 +108,9 @@ def test_http_teacher_gives_up_on_persistent_500_and_does_not_retry_400():
         judgment = run(judge_and_close(teacher))
     assert judgment.status == "http_error" and "HTTP 500" in judgment.raw and len(server.requests) == 3
 
-    with LoopbackChatServer(lambda body, index: Reply(status=400, raw_body='{"error": "bad model"}')) as server:
+    with LoopbackChatServer(
+        lambda body, index: Reply(status=400, raw_body='{"error": "bad model"}')
+    ) as server:
         teacher = fast_teacher(server, max_retries=2)
         judgment = run(judge_and_close(teacher))
     assert judgment.status == "http_error" and len(server.requests) == 1
@@ -169,8 +173,9 @@ def test_http_teacher_concurrency_bound_and_event_loop_reuse():
 def test_http_teacher_api_key_from_env_is_sent_but_never_shown(monkeypatch, caplog):
     secret = "sk-test-SECRET-123"
     monkeypatch.setenv("HF_MEDS_CLIFF_TEST_KEY", secret)
-    with LoopbackChatServer(lambda body, index: Reply(status=500, raw_body="down") if index == 0 else Reply(
-            content=GOOD_ANSWER)) as server:
+    with LoopbackChatServer(
+        lambda body, index: Reply(status=500, raw_body="down") if index == 0 else Reply(content=GOOD_ANSWER)
+    ) as server:
         teacher = fast_teacher(server, api_key_env="HF_MEDS_CLIFF_TEST_KEY", max_retries=0)
         with caplog.at_level(logging.DEBUG):
             failed = run(judge_and_close(teacher))
@@ -217,8 +222,12 @@ def test_rule_based_toy_teacher():
         wrong = await teacher.judge(PROBLEM, REFERENCE, SENTENCES)
         stripped = await teacher.judge(PROBLEM, REFERENCE, [s.strip() for s in SENTENCES])
         last_step_wrong = "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 30. The answer is \\boxed{30}."
-        late = await teacher.judge(PROBLEM, REFERENCE, [last_step_wrong[s:e] for s, e in split_sentences(last_step_wrong)])
-        right = await teacher.judge(PROBLEM, REFERENCE, [REFERENCE[s:e] for s, e in split_sentences(REFERENCE)])
+        late = await teacher.judge(
+            PROBLEM, REFERENCE, [last_step_wrong[s:e] for s, e in split_sentences(last_step_wrong)]
+        )
+        right = await teacher.judge(
+            PROBLEM, REFERENCE, [REFERENCE[s:e] for s, e in split_sentences(REFERENCE)]
+        )
         unsolvable = await teacher.solve("What is the capital of France?")
         not_toy = await teacher.judge("What is the capital of France?", "Paris.", ["Rome."])
         return solution, wrong, stripped, late, right, unsolvable, not_toy
@@ -250,13 +259,21 @@ def tiny_causal_lm():
     tokenizer_model.decoder = decoders.ByteLevel()
     tokenizer_model.train_from_iterator(
         [REFERENCE, ROLLOUT, GOOD_ANSWER] * 10,
-        trainer=trainers.BpeTrainer(vocab_size=300, special_tokens=["<|eos|>"],
-                                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        trainer=trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|eos|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
     )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer_model, eos_token="<|eos|>")
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=4096, n_embd=16, n_layer=1, n_head=2,
-                        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=4096,
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
     return GPT2LMHeadModel(config), tokenizer
 
 
@@ -303,7 +320,10 @@ def test_transformers_teacher_runs_off_the_event_loop_and_serialises(tiny_causal
     assert ticks >= 5  # the loop kept running while the model generated in a worker thread
     assert active["max"] == 1  # generations were serialised
     # a random model answers gibberish: defined outcome, identical under greedy decoding
-    assert all(j.status in {"parse_error", "missing_field", "empty", "invalid_field", "out_of_range"} for j in judgments)
+    assert all(
+        j.status in {"parse_error", "missing_field", "empty", "invalid_field", "out_of_range"}
+        for j in judgments
+    )
     assert len({j.raw for j in judgments}) == 1 and judgments[0].raw
     assert teacher.counters["judge_calls"] == 3
     assert threading.active_count() >= 1
@@ -318,14 +338,24 @@ def test_build_teacher():
     assert isinstance(build_teacher(), RuleBasedToyTeacher)
     assert isinstance(build_teacher("rule_based"), RuleBasedToyTeacher)
     config = SimpleNamespace(
-        cliff_teacher="http", cliff_teacher_base_url="http://127.0.0.1:9/v1", cliff_teacher_model="m",
-        cliff_teacher_api_key_env="HF_MEDS_CLIFF_UNSET_KEY", cliff_teacher_concurrency=5, cliff_teacher_timeout=7.0,
-        cliff_teacher_max_retries=1, cliff_teacher_temperature=0.3, cliff_teacher_max_tokens=99,
+        cliff_teacher="http",
+        cliff_teacher_base_url="http://127.0.0.1:9/v1",
+        cliff_teacher_model="m",
+        cliff_teacher_api_key_env="HF_MEDS_CLIFF_UNSET_KEY",
+        cliff_teacher_concurrency=5,
+        cliff_teacher_timeout=7.0,
+        cliff_teacher_max_retries=1,
+        cliff_teacher_temperature=0.3,
+        cliff_teacher_max_tokens=99,
     )
     from_config = build_teacher(config)
     assert isinstance(from_config, OpenAICompatibleTeacher)
     assert (from_config.max_concurrency, from_config.timeout, from_config.max_retries) == (5, 7.0, 1)
-    assert (from_config.solve_temperature, from_config.judge_temperature, from_config.judge_max_tokens) == (0.3, 0.3, 99)
+    assert (from_config.solve_temperature, from_config.judge_temperature, from_config.judge_max_tokens) == (
+        0.3,
+        0.3,
+        99,
+    )
     assert isinstance(build_teacher(SimpleNamespace(cliff_teacher="rule")), RuleBasedToyTeacher)
     with pytest.raises(ValueError, match="not both"):
         build_teacher(config, timeout=3.0)

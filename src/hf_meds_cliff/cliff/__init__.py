@@ -28,7 +28,23 @@ _LAZY_ATTRIBUTES = {
     "CliffGRPOTrainer": "hf_meds_cliff.cliff.trainer",
 }
 
-__all__ = ["sentence_texts", "split_sentences", *_LAZY_ATTRIBUTES]
+__all__ = [
+    "CliffConfig",
+    "CliffGRPOTrainer",
+    "Judgment",
+    "Teacher",
+    "build_judge_messages",
+    "build_solve_messages",
+    "build_teacher",
+    "cliff_token_advantages",
+    "first_mistake_token_positions",
+    "is_endpoint_failure",
+    "parse_judgment",
+    "sentence_texts",
+    "sentence_to_token_index",
+    "split_sentences",
+    "zero_variance_groups",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .advantages import (

@@ -29,7 +29,9 @@ __all__ = [
 
 def _check_1d(name: str, tensor: Any, batch_size: int) -> torch.Tensor:
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"`{name}` must be a torch.Tensor of shape ({batch_size},), got {type(tensor).__name__}.")
+        raise TypeError(
+            f"`{name}` must be a torch.Tensor of shape ({batch_size},), got {type(tensor).__name__}."
+        )
     if tensor.shape != (batch_size,):
         raise ValueError(
             f"`{name}` has shape {tuple(tensor.shape)} but must be ({batch_size},), one entry per completion "
@@ -112,7 +114,11 @@ def cliff_token_advantages(
     [[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, -1.0, -1.0]]
     """
     if not isinstance(completion_mask, torch.Tensor) or completion_mask.dim() != 2:
-        shape = tuple(completion_mask.shape) if isinstance(completion_mask, torch.Tensor) else type(completion_mask)
+        shape = (
+            tuple(completion_mask.shape)
+            if isinstance(completion_mask, torch.Tensor)
+            else type(completion_mask)
+        )
         raise ValueError(f"`completion_mask` must be a (B, T) tensor, got {shape}.")
     batch_size, seq_len = completion_mask.shape
     _check_1d("advantages", advantages, batch_size)
@@ -122,7 +128,9 @@ def cliff_token_advantages(
     if not torch.is_floating_point(advantages):
         raise TypeError(f"`advantages` must be a floating-point tensor, got dtype {advantages.dtype}.")
     if torch.is_floating_point(suffix_start) or torch.is_floating_point(group_ids):
-        raise TypeError("`suffix_start` and `group_ids` must be integer tensors (token indices and group labels).")
+        raise TypeError(
+            "`suffix_start` and `group_ids` must be integer tensors (token indices and group labels)."
+        )
     if batch_size and int(suffix_start.min().item()) < 0:
         raise ValueError(
             f"`suffix_start` must be >= 0 (0 = the whole rollout is the incorrect suffix), got {suffix_start.tolist()}."
@@ -143,7 +151,9 @@ def cliff_token_advantages(
     num_groups = int(inverse.max().item()) + 1
     correct_f = correct.to(dtype)
     correct_rows = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(0, inverse, correct_f)
-    correct_sum = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(0, inverse, advantages * correct_f)
+    correct_sum = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(
+        0, inverse, advantages * correct_f
+    )
     a_cor_row = (correct_sum / correct_rows.clamp(min=1))[inverse]  # (B,)
 
     positions = torch.arange(seq_len, device=device)
@@ -151,7 +161,9 @@ def cliff_token_advantages(
     incorrect_values = torch.where(in_suffix, advantages.unsqueeze(1), (lam * a_cor_row).unsqueeze(1))
     uncentred = torch.where(correct.unsqueeze(1), advantages.unsqueeze(1), incorrect_values) * mask
 
-    token_sum = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(0, inverse, uncentred.sum(dim=1))
+    token_sum = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(
+        0, inverse, uncentred.sum(dim=1)
+    )
     token_count = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(0, inverse, mask.sum(dim=1))
     baseline = torch.where(token_count > 0, token_sum / token_count.clamp(min=1), torch.zeros_like(token_sum))
 
@@ -180,7 +192,9 @@ def sentence_to_token_index(
     1
     """
     if isinstance(sentence_index, bool) or not isinstance(sentence_index, int):
-        raise TypeError(f"`sentence_index` must be an int, got {type(sentence_index).__name__}: {sentence_index!r}.")
+        raise TypeError(
+            f"`sentence_index` must be an int, got {type(sentence_index).__name__}: {sentence_index!r}."
+        )
     if not 0 <= sentence_index < len(sentence_spans):
         raise ValueError(
             f"`sentence_index`={sentence_index} is out of range for {len(sentence_spans)} sentences; "
@@ -195,7 +209,9 @@ def sentence_to_token_index(
     return len(offsets)
 
 
-def token_index_at_char(tokenizer: Any, token_ids: Sequence[int], char_position: int, **decode_kwargs: Any) -> int:
+def token_index_at_char(
+    tokenizer: Any, token_ids: Sequence[int], char_position: int, **decode_kwargs: Any
+) -> int:
     """First token whose decoded prefix reaches past ``char_position``, by binary search on decodes.
 
     The tokenizer-agnostic fallback of :func:`first_mistake_token_positions`: it needs only
@@ -253,7 +269,9 @@ def first_mistake_token_positions(
         if offsets is not None:
             positions.append(sentence_to_token_index(offsets, spans, first_mistake))
         else:
-            positions.append(token_index_at_char(tokenizer, ids, spans[first_mistake][0], skip_special_tokens=True))
+            positions.append(
+                token_index_at_char(tokenizer, ids, spans[first_mistake][0], skip_special_tokens=True)
+            )
     return positions
 
 

@@ -97,7 +97,9 @@ def build_judge_messages(problem: str, reference: str, sentences: Sequence[str])
             f"got {type(sentences).__name__}: {sentences!r:.80}"
         )
     if len(sentences) == 0:
-        raise ValueError("`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead).")
+        raise ValueError(
+            "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
+        )
     user = _JUDGE_USER_TEMPLATE.format(
         problem=problem.strip(),
         reference=reference.strip(),
@@ -125,11 +127,29 @@ def build_solve_messages(problem: str) -> list[dict[str, str]]:
 # --- parsing -----------------------------------------------------------------------------------
 
 _MISTAKE_KEYS = (
-    "first_mistake", "first_mistake_id", "first_mistake_index", "first_mistake_step", "first_error",
-    "first_error_id", "mistake_id", "mistake", "pitfall", "pitfall_step", "first_incorrect_sentence",
+    "first_mistake",
+    "first_mistake_id",
+    "first_mistake_index",
+    "first_mistake_step",
+    "first_error",
+    "first_error_id",
+    "mistake_id",
+    "mistake",
+    "pitfall",
+    "pitfall_step",
+    "first_incorrect_sentence",
 )
-_VERDICT_KEYS = ("final_answer_correct", "correct", "is_correct", "verdict", "answer_correct", "final_correct")
-_NO_MISTAKE_WORDS = frozenset({"", "none", "null", "nil", "n/a", "na", "no mistake", "no_mistake", "no error", "-1"})
+_VERDICT_KEYS = (
+    "final_answer_correct",
+    "correct",
+    "is_correct",
+    "verdict",
+    "answer_correct",
+    "final_correct",
+)
+_NO_MISTAKE_WORDS = frozenset(
+    {"", "none", "null", "nil", "n/a", "na", "no mistake", "no_mistake", "no error", "-1"}
+)
 _TRUE_WORDS = frozenset({"true", "yes", "correct", "right", "1"})
 _FALSE_WORDS = frozenset({"false", "no", "incorrect", "wrong", "0"})
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -154,7 +174,9 @@ def _balanced_objects(text: str) -> list[str]:
             elif ch == "\\":
                 escaped = True
             elif ch == '"' or ch == "\n":
-                in_string = False  # a newline ends a broken string so that one stray quote cannot swallow the rest
+                in_string = (
+                    False  # a newline ends a broken string so that one stray quote cannot swallow the rest
+                )
             continue
         if ch == '"' and depth > 0:
             in_string = True
@@ -178,7 +200,9 @@ def _load_object(candidate: str) -> dict[str, Any] | None:
         except (json.JSONDecodeError, RecursionError):
             continue
         return value if isinstance(value, dict) else None
-    pythonic = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", attempts[1])))
+    pythonic = re.sub(
+        r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", attempts[1]))
+    )
     try:
         value = ast.literal_eval(pythonic)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -283,7 +307,9 @@ def parse_judgment(text: Any, num_sentences: int) -> Judgment:
             has_mistake, mistake_value = _lookup(obj, _MISTAKE_KEYS)
             has_verdict, verdict_value = _lookup(obj, _VERDICT_KEYS)
             if has_mistake or has_verdict:
-                return _judgment_from_fields(has_mistake, mistake_value, has_verdict, verdict_value, num_sentences, raw)
+                return _judgment_from_fields(
+                    has_mistake, mistake_value, has_verdict, verdict_value, num_sentences, raw
+                )
             if first_without_fields is None:
                 first_without_fields = obj
         # No usable object: last resort, "key": value pairs anywhere (e.g. an unterminated object).
@@ -303,7 +329,9 @@ def parse_judgment(text: Any, num_sentences: int) -> Judgment:
         has_mistake, mistake_value = _lookup(fields, _MISTAKE_KEYS)
         has_verdict, verdict_value = _lookup(fields, _VERDICT_KEYS)
         if has_mistake or has_verdict:
-            return _judgment_from_fields(has_mistake, mistake_value, has_verdict, verdict_value, num_sentences, raw)
+            return _judgment_from_fields(
+                has_mistake, mistake_value, has_verdict, verdict_value, num_sentences, raw
+            )
     if first_without_fields is not None:
         return Judgment(None, None, "missing_field", raw)
     return Judgment(None, None, "parse_error", raw)
@@ -336,7 +364,9 @@ def aggregate_judgments(judgments: Sequence[Judgment]) -> tuple[Judgment, float]
     located = [j.first_mistake for j in usable if j.first_mistake is not None]
     if len(located) * 2 > len(usable):
         first_mistake: int | None = int(statistics.median_low(located))
-        agreeing = sum(1 for j in usable if j.first_mistake is not None and abs(j.first_mistake - first_mistake) <= 1)
+        agreeing = sum(
+            1 for j in usable if j.first_mistake is not None and abs(j.first_mistake - first_mistake) <= 1
+        )
     else:
         first_mistake = None
         agreeing = len(usable) - len(located)

@@ -22,13 +22,39 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["split_sentences", "sentence_texts"]
+__all__ = ["sentence_texts", "split_sentences"]
 
 _TERMINATORS = ".!?"
 _CLOSERS = "\"')]*\u201d\u2019"
 _ABBREVIATIONS = frozenset(
-    {"e.g", "i.e", "cf", "vs", "approx", "resp", "al", "mr", "mrs", "ms", "dr", "prof", "fig", "figs",
-     "eq", "eqs", "sec", "thm", "lem", "prop", "cor", "vol", "viz", "w.r.t", "wrt", "s.t"}
+    {
+        "e.g",
+        "i.e",
+        "cf",
+        "vs",
+        "approx",
+        "resp",
+        "al",
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "sec",
+        "thm",
+        "lem",
+        "prop",
+        "cor",
+        "vol",
+        "viz",
+        "w.r.t",
+        "wrt",
+        "s.t",
+    }
 )
 _LIST_MARKER = re.compile(r"(?:\d{1,3}|[A-Za-z]|[ivxlcdmIVXLCDM]{1,6})")
 
@@ -170,8 +196,10 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
             while j < n and (text[j] in _TERMINATORS or text[j] in _CLOSERS):
                 j += 1
             if j == n or text[j].isspace():
-                is_exception = ch == "." and j == i + 1 and (
-                    _is_list_marker(text, sentence_start, i) or _is_abbreviation(text, i)
+                is_exception = (
+                    ch == "."
+                    and j == i + 1
+                    and (_is_list_marker(text, sentence_start, i) or _is_abbreviation(text, i))
                 )
                 if not is_exception:
                     boundary = j

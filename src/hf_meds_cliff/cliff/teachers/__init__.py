@@ -17,7 +17,17 @@ _LAZY_ATTRIBUTES = {
     "build_teacher": "hf_meds_cliff.cliff.teachers.factory",
 }
 
-__all__ = ["ENDPOINT_FAILURES", "JUDGMENT_STATUSES", "Judgment", "Teacher", "is_endpoint_failure", *_LAZY_ATTRIBUTES]
+__all__ = [
+    "ENDPOINT_FAILURES",
+    "JUDGMENT_STATUSES",
+    "Judgment",
+    "OpenAICompatibleTeacher",
+    "RuleBasedToyTeacher",
+    "Teacher",
+    "TransformersTeacher",
+    "build_teacher",
+    "is_endpoint_failure",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .factory import build_teacher

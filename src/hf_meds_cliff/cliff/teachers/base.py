@@ -45,7 +45,8 @@ ENDPOINT_FAILURES = frozenset({"timeout", "http_error", "connection_error", "bad
 """Statuses meaning the teacher endpoint failed (the group falls back to GRPO)."""
 
 JUDGMENT_STATUSES = frozenset(
-    {"ok", "empty", "parse_error", "missing_field", "invalid_field", "out_of_range", "error"} | ENDPOINT_FAILURES
+    {"ok", "empty", "parse_error", "missing_field", "invalid_field", "out_of_range", "error"}
+    | ENDPOINT_FAILURES
 )
 """Every status a :class:`Judgment` may carry (see the module docstring for the outcome of each)."""
 
@@ -69,7 +70,9 @@ class Judgment:
 
     def __post_init__(self) -> None:
         if self.status not in JUDGMENT_STATUSES:
-            raise ValueError(f"Unknown judgment status {self.status!r}; use one of {sorted(JUDGMENT_STATUSES)}.")
+            raise ValueError(
+                f"Unknown judgment status {self.status!r}; use one of {sorted(JUDGMENT_STATUSES)}."
+            )
 
     @property
     def ok(self) -> bool:

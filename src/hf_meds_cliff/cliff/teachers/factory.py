@@ -64,7 +64,9 @@ def build_teacher(
     """
     if hasattr(kind, "cliff_teacher"):
         if base_url is not None or model is not None or api_key_env is not None or options:
-            raise ValueError("Pass either a CliffConfig or explicit teacher values to build_teacher, not both.")
+            raise ValueError(
+                "Pass either a CliffConfig or explicit teacher values to build_teacher, not both."
+            )
         return _from_config(kind)
     kind = _ALIASES.get(kind, kind)
     if kind not in TEACHER_KINDS:

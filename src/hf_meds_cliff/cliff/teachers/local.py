@@ -53,7 +53,9 @@ class TransformersTeacher:
             if device is not None:
                 model = model.to(device)
         if tokenizer is None:
-            raise ValueError("Pass the `tokenizer` of the teacher model (or give `model` as a path to load both).")
+            raise ValueError(
+                "Pass the `tokenizer` of the teacher model (or give `model` as a path to load both)."
+            )
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"`max_new_tokens` must be an int >= 1, got {max_new_tokens!r}.")
         self.model = model.eval()
@@ -61,7 +63,9 @@ class TransformersTeacher:
         self.solve_temperature = solve_temperature
         self.judge_temperature = judge_temperature
         self.max_new_tokens = max_new_tokens
-        self.name = name or getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        self.name = (
+            name or getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        )
         self.counters: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -83,7 +87,9 @@ class TransformersTeacher:
 
         with self._lock, torch.inference_mode():
             input_ids = self._prompt_ids(messages)
-            sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+            sampling = (
+                {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+            )
             pad_token_id = self.tokenizer.pad_token_id
             if pad_token_id is None:
                 pad_token_id = self.tokenizer.eos_token_id
@@ -99,10 +105,12 @@ class TransformersTeacher:
     async def solve(self, problem: str) -> str | None:
         self.counters["solve_calls"] += 1
         try:
-            return await asyncio.to_thread(self._generate, build_solve_messages(problem), self.solve_temperature)
-        except Exception as error:  # noqa: BLE001 - a teacher never stops training
+            return await asyncio.to_thread(
+                self._generate, build_solve_messages(problem), self.solve_temperature
+            )
+        except Exception:  # a teacher never stops training
             self.counters["failures/error"] += 1
-            logger.exception("Local teacher %s raised while solving: %s", self.name, error)
+            logger.exception("Local teacher %s raised while solving", self.name)
             return None
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
@@ -110,9 +118,9 @@ class TransformersTeacher:
         try:
             messages = build_judge_messages(problem, reference, sentences)
             answer = await asyncio.to_thread(self._generate, messages, self.judge_temperature)
-        except Exception as error:  # noqa: BLE001 - a teacher never stops training
+        except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1
-            logger.exception("Local teacher %s raised while judging: %s", self.name, error)
+            logger.exception("Local teacher %s raised while judging", self.name)
             return Judgment(None, None, "error", f"{type(error).__name__}: {error}")
         judgment = parse_judgment(answer, len(sentences))
         if judgment.status != "ok":

@@ -54,7 +54,9 @@ def chat_completion_body(content: str, model: str = "loopback") -> dict[str, Any
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 
@@ -84,7 +86,10 @@ class LoopbackChatServer:
         self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="loopback-chat", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="loopback-chat",
+            daemon=True,
         )
 
     @property
@@ -96,7 +101,7 @@ class LoopbackChatServer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -116,10 +121,10 @@ class LoopbackChatServer:
                 # the client's delayed ACK add ~40 ms to every reply
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logs
+            def log_message(self, format: str, *args: Any) -> None:  # silence the per-request stderr lines
                 return None
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 try:
                     body = json.loads(self.rfile.read(length) or b"null")
@@ -127,7 +132,9 @@ class LoopbackChatServer:
                     body = None
                 with server._lock:
                     index = len(server.requests)
-                    server.requests.append(RecordedRequest(self.path, dict(self.headers.items()), body, index))
+                    server.requests.append(
+                        RecordedRequest(self.path, dict(self.headers.items()), body, index)
+                    )
                     server._in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server._in_flight)
                 try:
@@ -137,8 +144,12 @@ class LoopbackChatServer:
                         reply = server.responder(body if isinstance(body, dict) else {}, index)
                     if reply.delay:
                         time.sleep(reply.delay)
-                    payload = reply.raw_body if reply.raw_body is not None else json.dumps(
-                        chat_completion_body(reply.content, (body or {}).get("model", "loopback"))
+                    payload = (
+                        reply.raw_body
+                        if reply.raw_body is not None
+                        else json.dumps(
+                            chat_completion_body(reply.content, (body or {}).get("model", "loopback"))
+                        )
                     )
                     data = payload.encode()
                     self.send_response(reply.status)
@@ -173,7 +184,7 @@ def _serve_until_stopped(responder: Responder, urls: Any, stop: Any) -> None:
         urls.put(server.max_in_flight)
 
 
-class serve_in_subprocess:  # noqa: N801 - used like a function: ``with serve_in_subprocess(r) as url``
+class serve_in_subprocess:
     """Run a :class:`LoopbackChatServer` in a separate process (no GIL shared with the client under
     test, as with a real teacher endpoint). A context manager yielding the base URL; after exit,
     ``max_in_flight`` holds the server's peak number of concurrent requests.
@@ -185,14 +196,16 @@ class serve_in_subprocess:  # noqa: N801 - used like a function: ``with serve_in
         context = multiprocessing.get_context("spawn")
         self._urls = context.Queue()
         self._stop = context.Event()
-        self._process = context.Process(target=_serve_until_stopped, args=(responder, self._urls, self._stop), daemon=True)
+        self._process = context.Process(
+            target=_serve_until_stopped, args=(responder, self._urls, self._stop), daemon=True
+        )
         self.max_in_flight = 0
 
     def __enter__(self) -> str:
         self._process.start()
         return self._urls.get(timeout=60)
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         try:
             self.max_in_flight = self._urls.get(timeout=10)

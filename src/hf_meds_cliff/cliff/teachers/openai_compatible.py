@@ -84,14 +84,20 @@ class OpenAICompatibleTeacher:
         name: str | None = None,
     ):
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"`base_url` must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}.")
+            raise ValueError(
+                f"`base_url` must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}."
+            )
         if not isinstance(model, str):
             raise TypeError(f"`model` must be a str, got {type(model).__name__}: {model!r}.")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"`max_concurrency` must be an int >= 1, got {max_concurrency!r}.")
         if not (isinstance(max_retries, int) and max_retries >= 0):
             raise ValueError(f"`max_retries` must be an int >= 0, got {max_retries!r}.")
-        for label, value in (("timeout", timeout), ("backoff_base", backoff_base), ("backoff_max", backoff_max)):
+        for label, value in (
+            ("timeout", timeout),
+            ("backoff_base", backoff_base),
+            ("backoff_max", backoff_max),
+        ):
             if not isinstance(value, (int, float)) or value < 0 or (label == "timeout" and value == 0):
                 raise ValueError(f"`{label}` must be a positive number of seconds, got {value!r}.")
         self._api_key: str | None = os.environ.get(api_key_env) if api_key_env else None
@@ -136,7 +142,9 @@ class OpenAICompatibleTeacher:
                 headers=headers,
                 verify=self._ssl_context if self._ssl_context is not None else False,
                 timeout=httpx.Timeout(self.timeout),
-                limits=httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency),
+                limits=httpx.Limits(
+                    max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
+                ),
             )
             self._per_loop[loop] = (client, asyncio.Semaphore(self.max_concurrency))
         return self._per_loop[loop]
@@ -184,7 +192,9 @@ class OpenAICompatibleTeacher:
                 if not isinstance(content, str):
                     raise TypeError(f"content is {type(content).__name__}")
             except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
-                raise _RequestFailed("bad_response", f"not a chat completion ({error}): {response.text[:300]}") from None
+                raise _RequestFailed(
+                    "bad_response", f"not a chat completion ({error}): {response.text[:300]}"
+                ) from None
             return content
         raise _RequestFailed(last_kind, last_message)
 
@@ -192,13 +202,15 @@ class OpenAICompatibleTeacher:
         """A reference solution from the teacher (sampled at ``solve_temperature``); ``None`` on failure."""
         self.counters["solve_calls"] += 1
         try:
-            return await self._chat(build_solve_messages(problem), self.solve_temperature, self.solve_max_tokens)
+            return await self._chat(
+                build_solve_messages(problem), self.solve_temperature, self.solve_max_tokens
+            )
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to solve a problem (%s): %s", self.name, failure.kind, failure)
-        except Exception as error:  # noqa: BLE001 - a teacher never stops training
+        except Exception:  # a teacher never stops training
             self.counters["failures/error"] += 1
-            logger.exception("Teacher %s raised while solving: %s", self.name, error)
+            logger.exception("Teacher %s raised while solving", self.name)
         return None
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
@@ -211,9 +223,9 @@ class OpenAICompatibleTeacher:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to judge (%s): %s", self.name, failure.kind, failure)
             return Judgment(None, None, failure.kind, str(failure))
-        except Exception as error:  # noqa: BLE001 - a teacher never stops training
+        except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1
-            logger.exception("Teacher %s raised while judging: %s", self.name, error)
+            logger.exception("Teacher %s raised while judging", self.name)
             return Judgment(None, None, "error", f"{type(error).__name__}: {error}")
         judgment = parse_judgment(answer, len(sentences))
         if judgment.status != "ok":

@@ -21,7 +21,9 @@ __all__ = ["RuleBasedToyTeacher"]
 
 def _join_sentences(sentences: Sequence[str]) -> str:
     """The completion text back from its sentences (re-inserting a space if they were stripped)."""
-    parts = [s if s[-1:].isspace() or index == len(sentences) - 1 else s + " " for index, s in enumerate(sentences)]
+    parts = [
+        s if s[-1:].isspace() or index == len(sentences) - 1 else s + " " for index, s in enumerate(sentences)
+    ]
     return "".join(parts)
 
 
