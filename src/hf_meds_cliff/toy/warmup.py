@@ -1,0 +1,462 @@
+"""Supervised warm-up of the toy policy: random weights -> a policy that solves some but not all problems.
+
+This mirrors the papers' setting (Cliff starts RL from an SFT warm-up) and leaves room for RL to help.
+Learning on this task is a sudden jump whose timing varies by a few hundred steps between runs, so
+training stops on **held-out greedy accuracy** (a validation draw from the train split, never trained on)
+as soon as it reaches ``target_greedy_accuracy``, with ``max_steps`` and ``time_budget_s`` as caps. The
+stop decision is deterministic for a seed unless the time cap fires (then ``stop_reason`` says so).
+
+The result is cached on disk under ``$HF_MEDS_CLIFF_CACHE/toy/<key>`` (default root
+``~/.cache/hf_meds_cliff``), the key hashing every setting and :data:`WARMUP_CODE_VERSION`. It is written
+into a temporary sibling folder and renamed into place, under a file lock, so a crash never leaves a half
+cache and concurrent callers build it once. The folder holds the model, the tokenizer, a
+``generation_config.json`` with ``do_sample: true`` and ``warmup_metrics.json`` (steps, seconds, stop
+reason, greedy accuracy, sampled pass@1 and pass@8 on the test split).
+
+CLI::
+
+    python -m hf_meds_cliff.toy.warmup --output_dir runs/toy-policy
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model import ToyModelConfig, build_toy_model, toy_generation_config
+from .task import ToyProblem, ToyTaskConfig, iter_problems
+from .tokenizer import TOKENIZER_VERSION, build_toy_tokenizer
+
+logger = logging.getLogger(__name__)
+
+WARMUP_CODE_VERSION = 1
+"""Bumped whenever the warm-up's code changes its result (part of the cache key)."""
+
+METRICS_FILE = "warmup_metrics.json"
+CACHE_ENV_VARIABLE = "HF_MEDS_CLIFF_CACHE"
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    """Everything that determines a warm-up's result (hashed into its cache key)."""
+
+    seed: int = field(default=0, metadata={"help": "Seed of the weights, the data streams and the evaluation."})
+    task: ToyTaskConfig = field(default_factory=ToyTaskConfig, metadata={"help": "Task difficulty."})
+    model: ToyModelConfig = field(default_factory=ToyModelConfig, metadata={"help": "Model shape."})
+    batch_size: int = field(default=32, metadata={"help": "Problems per optimizer step (fresh each step)."})
+    learning_rate: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
+    lr_warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps before the cosine decay."})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "Cosine floor as a fraction of the peak rate."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
+    max_steps: int = field(default=1500, metadata={"help": "Step cap (also the length of the cosine schedule)."})
+    time_budget_s: float = field(default=180.0, metadata={"help": "Wall-clock cap on training, in seconds."})
+    target_greedy_accuracy: float = field(
+        default=0.5, metadata={"help": "Stop once greedy accuracy on the validation draw reaches this."}
+    )
+    eval_start_step: int = field(default=200, metadata={"help": "First step at which the stop rule is checked."})
+    eval_every_steps: int = field(default=25, metadata={"help": "Steps between stop-rule checks."})
+    num_validation_problems: int = field(default=128, metadata={"help": "Validation problems for the stop rule."})
+    num_test_problems: int = field(default=200, metadata={"help": "Test-split problems for the final metrics."})
+    num_samples: int = field(default=8, metadata={"help": "Samples per test problem for pass@1 / pass@k."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the final metrics."})
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "max_steps", "eval_every_steps", "num_validation_problems", "num_test_problems",
+                    "num_samples")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+        if not self.time_budget_s > 0:
+            raise ValueError(f"time_budget_s must be > 0 seconds, got {self.time_budget_s}.")
+        if not 0.0 <= self.target_greedy_accuracy <= 1.0:
+            raise ValueError(f"target_greedy_accuracy must be in [0, 1], got {self.target_greedy_accuracy}.")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["task"] = self.task.to_dict()
+        values["model"] = self.model.to_dict()
+        return values
+
+    def cache_key(self) -> str:
+        payload = {"settings": self.to_dict(), "code": WARMUP_CODE_VERSION, "tokenizer": TOKENIZER_VERSION}
+        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+
+
+def default_cache_root() -> Path:
+    """``$HF_MEDS_CLIFF_CACHE`` or ``~/.cache/hf_meds_cliff``."""
+    root = os.environ.get(CACHE_ENV_VARIABLE)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "hf_meds_cliff"
+
+
+def warmup_toy_model(
+    output_dir: str | Path | None = None,
+    *,
+    seed: int = 0,
+    task_config: ToyTaskConfig | None = None,
+    model_config: ToyModelConfig | None = None,
+    max_steps: int = 1500,
+    time_budget_s: float = 180.0,
+    target_greedy_accuracy: float = 0.5,
+    batch_size: int = 32,
+    learning_rate: float = 3e-3,
+    num_test_problems: int = 200,
+    num_samples: int = 8,
+    num_threads: int | None = None,
+    **settings: Any,
+) -> Path:
+    """Warm up the toy policy (or reuse a cached one) and return its folder.
+
+    Args:
+        output_dir: where to put the policy. None: the cache folder ``<cache root>/toy/<key>``. A folder that
+            already holds a warm-up with the same settings is reused; any other non-empty folder is an error.
+        seed, task_config, model_config, max_steps, time_budget_s, target_greedy_accuracy, batch_size,
+        learning_rate, num_test_problems, num_samples, **settings: fields of :class:`WarmupSettings`.
+        num_threads: torch CPU threads while training (restored afterwards); default ``min(4, CPUs)``.
+            Not part of the cache key.
+
+    Returns:
+        The folder, loadable with ``AutoModelForCausalLM.from_pretrained`` and
+        ``AutoTokenizer.from_pretrained`` (set ``padding_side="left"`` after loading).
+    """
+    unknown = set(settings) - set(WarmupSettings.__dataclass_fields__)
+    if unknown:
+        raise TypeError(
+            f"Unknown warm-up setting(s) {sorted(unknown)}; valid ones: {sorted(WarmupSettings.__dataclass_fields__)}."
+        )
+    config = WarmupSettings(
+        seed=seed,
+        task=task_config or ToyTaskConfig(),
+        model=model_config or ToyModelConfig(),
+        max_steps=max_steps,
+        time_budget_s=time_budget_s,
+        target_greedy_accuracy=target_greedy_accuracy,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        num_test_problems=num_test_problems,
+        num_samples=num_samples,
+        **settings,
+    )
+    key = config.cache_key()
+    target = Path(output_dir) if output_dir is not None else default_cache_root() / "toy" / key
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(target.parent / f".{target.name}.lock"):
+        if _is_complete(target, key):
+            logger.info("Reusing the warmed-up toy policy in %s", target)
+            return target
+        if target.exists() and any(target.iterdir()):
+            raise ValueError(
+                f"{target} is not empty and holds no warm-up with these settings (key {key}); "
+                "pass an empty or new output_dir, or delete that folder."
+            )
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            with _torch_threads(num_threads):
+                _train_and_save(config, key, staging)
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _is_complete(folder: Path, key: str) -> bool:
+    metrics_path = folder / METRICS_FILE
+    if not metrics_path.is_file():
+        return False
+    try:
+        return json.loads(metrics_path.read_text()).get("cache_key") == key
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock (POSIX); a no-op where ``fcntl`` is unavailable."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _torch_threads(num_threads: int | None) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_num_threads()
+    if num_threads is None:
+        available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        num_threads = min(4, available)
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}.")
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batching and evaluation.
+
+
+def chat_prompts(tokenizer, questions: Sequence[str]) -> list[str]:
+    """The chat-templated prompt text of each question (with the assistant generation prompt)."""
+    conversations = [[{"role": "user", "content": q}] for q in questions]
+    return tokenizer.apply_chat_template(conversations, tokenize=False, add_generation_prompt=True)
+
+
+def supervised_batch(tokenizer, problems: Sequence[ToyProblem]) -> dict[str, Any]:
+    """Right-padded ``input_ids``, ``attention_mask`` (B, T) and ``labels`` (B, T): -100 except on the
+    solution tokens and the eos token that ends it."""
+    import torch
+
+    prompt_ids = tokenizer(chat_prompts(tokenizer, [p.question for p in problems]), add_special_tokens=False)["input_ids"]
+    solution_ids = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
+    sequences = [prompt + solution + [tokenizer.eos_token_id] for prompt, solution in zip(prompt_ids, solution_ids)]
+    length = max(len(s) for s in sequences)
+    input_ids = torch.full((len(problems), length), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(problems), length), dtype=torch.long)
+    labels = torch.full((len(problems), length), -100, dtype=torch.long)
+    for row, (prompt, sequence) in enumerate(zip(prompt_ids, sequences)):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention_mask[row, : len(sequence)] = 1
+        labels[row, len(prompt) : len(sequence)] = input_ids[row, len(prompt) : len(sequence)]
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+_BOXED_INTEGER = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
+
+
+def boxed_integer(text: str) -> int | None:
+    """The integer in the last ``\\boxed{...}`` of ``text``, or None (toy answers are integers, so this
+    agrees with the math-verify check of :mod:`hf_meds_cliff.rewards` on toy completions).
+
+    >>> boxed_integer("1 + 2 = 3. The answer is \\\\boxed{3}.")
+    3
+    >>> boxed_integer("no answer") is None
+    True
+    """
+    matches = _BOXED_INTEGER.findall(text)
+    return int(matches[-1]) if matches else None
+
+
+def generate_completions(
+    model, tokenizer, questions: Sequence[str], *, num_samples: int = 1, do_sample: bool = False,
+    temperature: float = 1.0, max_new_tokens: int = 96, batch_size: int = 512, seed: int = 0,
+) -> list[list[str]]:
+    """``num_samples`` decoded completions per question (greedy when ``do_sample`` is False)."""
+    import torch
+
+    tokenizer.padding_side = "left"
+    generation_config = toy_generation_config(tokenizer, max_new_tokens=max_new_tokens)
+    generation_config.do_sample = do_sample
+    if do_sample:
+        generation_config.temperature = temperature
+    else:
+        generation_config.temperature = None
+        generation_config.top_k = None
+        generation_config.top_p = None
+    prompts = [prompt for prompt in chat_prompts(tokenizer, questions) for _ in range(num_samples)]
+    texts: list[str] = []
+    was_training = model.training
+    model.eval()
+    with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        torch.manual_seed(seed)
+        for start in range(0, len(prompts), batch_size):
+            encoded = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True,
+                                add_special_tokens=False)
+            output = model.generate(**encoded, generation_config=generation_config)
+            texts.extend(tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True))
+    model.train(was_training)
+    return [texts[i * num_samples : (i + 1) * num_samples] for i in range(len(questions))]
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """Unbiased pass@k estimate (Chen et al., 2021) from ``num_correct`` of ``num_samples`` samples.
+
+    >>> pass_at_k(8, 0, 8), pass_at_k(8, 1, 8), pass_at_k(4, 2, 1)
+    (0.0, 1.0, 0.5)
+    """
+    if num_samples - num_correct < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / n for n in range(num_samples - num_correct + 1, num_samples + 1))
+
+
+def evaluate_policy(
+    model, tokenizer, problems: Sequence[ToyProblem], *, num_samples: int = 8, temperature: float = 1.0, seed: int = 0,
+) -> dict[str, float]:
+    """Greedy accuracy, sampled pass@1 and pass@``num_samples`` and the boxed-answer rate on ``problems``."""
+    questions = [p.question for p in problems]
+    greedy = generate_completions(model, tokenizer, questions, seed=seed)
+    samples = generate_completions(
+        model, tokenizer, questions, num_samples=num_samples, do_sample=True, temperature=temperature, seed=seed
+    )
+    greedy_correct = [boxed_integer(g[0]) == p.answer for g, p in zip(greedy, problems)]
+    sample_answers = [[boxed_integer(s) for s in group] for group in samples]
+    correct_counts = [sum(a == p.answer for a in answers) for answers, p in zip(sample_answers, problems)]
+    boxed = sum(a is not None for answers in sample_answers for a in answers)
+    n = len(problems)
+    return {
+        "greedy_accuracy": sum(greedy_correct) / n,
+        "pass@1": sum(pass_at_k(num_samples, c, 1) for c in correct_counts) / n,
+        f"pass@{num_samples}": sum(pass_at_k(num_samples, c, num_samples) for c in correct_counts) / n,
+        "mixed_group_fraction": sum(0 < c < num_samples for c in correct_counts) / n,
+        "boxed_fraction": boxed / (n * num_samples),
+    }
+
+
+def greedy_accuracy(model, tokenizer, problems: Sequence[ToyProblem]) -> float:
+    completions = generate_completions(model, tokenizer, [p.question for p in problems])
+    return sum(boxed_integer(c[0]) == p.answer for c, p in zip(completions, problems)) / len(problems)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training.
+
+
+def _learning_rate_factor(step: int, settings: WarmupSettings) -> float:
+    if step < settings.lr_warmup_steps:
+        return (step + 1) / settings.lr_warmup_steps
+    progress = min(1.0, (step - settings.lr_warmup_steps) / max(1, settings.max_steps - settings.lr_warmup_steps))
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
+
+
+def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
+    import torch
+    import transformers
+
+    tokenizer = build_toy_tokenizer()
+    model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
+    validation_stream = iter_problems("train", settings.seed, settings.task, unique=True, stream_name="warmup-validation")
+    validation = [next(validation_stream) for _ in range(settings.num_validation_problems)]
+    training_stream = iter_problems(
+        "train", settings.seed, settings.task, exclude=frozenset(p.question for p in validation), stream_name="warmup"
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=settings.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _learning_rate_factor(step, settings))
+
+    logger.info("Toy warm-up: %d parameters, settings %s", sum(p.numel() for p in model.parameters()), key)
+    model.train()
+    start = time.perf_counter()
+    eval_seconds = 0.0
+    stop_reason = "max_steps"
+    history: list[dict[str, float]] = []
+    loss_value = float("nan")
+    step = 0
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        while step < settings.max_steps:
+            batch = supervised_batch(tokenizer, [next(training_stream) for _ in range(settings.batch_size)])
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = loss.item()
+            step += 1
+            if step >= settings.eval_start_step and (step - settings.eval_start_step) % settings.eval_every_steps == 0:
+                eval_start = time.perf_counter()
+                accuracy = greedy_accuracy(model, tokenizer, validation)
+                eval_seconds += time.perf_counter() - eval_start
+                history.append({"step": step, "loss": loss_value, "validation_greedy_accuracy": accuracy})
+                logger.info("step %d loss %.4f validation greedy accuracy %.3f", step, loss_value, accuracy)
+                if accuracy >= settings.target_greedy_accuracy:
+                    stop_reason = "target_greedy_accuracy"
+                    break
+            if time.perf_counter() - start > settings.time_budget_s:
+                stop_reason = "time_budget"
+                break
+    train_seconds = time.perf_counter() - start
+    model.eval()
+
+    test_stream = iter_problems("test", settings.seed, settings.task)
+    test_problems = [next(test_stream) for _ in range(settings.num_test_problems)]
+    eval_start = time.perf_counter()
+    test_metrics = evaluate_policy(
+        model, tokenizer, test_problems, num_samples=settings.num_samples, temperature=settings.temperature,
+        seed=settings.seed,
+    )
+    final_eval_seconds = time.perf_counter() - eval_start
+    if stop_reason != "target_greedy_accuracy":
+        logger.warning(
+            "Toy warm-up stopped by %s at step %d before reaching validation greedy accuracy %.2f; the policy may be "
+            "weaker than intended (test pass@1 %.3f).", stop_reason, step, settings.target_greedy_accuracy,
+            test_metrics["pass@1"],
+        )
+    metrics = {
+        "cache_key": key,
+        "code_version": WARMUP_CODE_VERSION,
+        "steps": step,
+        "stop_reason": stop_reason,
+        "train_seconds": round(train_seconds, 2),
+        "stop_rule_eval_seconds": round(eval_seconds, 2),
+        "final_eval_seconds": round(final_eval_seconds, 2),
+        "final_loss": loss_value,
+        "torch_threads": torch.get_num_threads(),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "test_split": {"seed": settings.seed, "num_problems": len(test_problems), "num_samples": settings.num_samples,
+                       "temperature": settings.temperature, **test_metrics},
+        "validation_history": history,
+        "settings": settings.to_dict(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    logger.info("Toy warm-up done: %s", {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description="Warm up (or reuse from the cache) the toy policy.")
+    parser.add_argument("--output_dir", default=None, help="Destination folder (default: the cache folder).")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max_steps", type=int, default=1500)
+    parser.add_argument("--time_budget_s", type=float, default=180.0)
+    parser.add_argument("--target_greedy_accuracy", type=float, default=0.5)
+    parser.add_argument("--num_test_problems", type=int, default=200)
+    parser.add_argument("--num_threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    path = warmup_toy_model(
+        args.output_dir, seed=args.seed, max_steps=args.max_steps, time_budget_s=args.time_budget_s,
+        target_greedy_accuracy=args.target_greedy_accuracy, num_test_problems=args.num_test_problems,
+        num_threads=args.num_threads,
+    )
+    metrics = json.loads((path / METRICS_FILE).read_text())
+    logger.info("Policy in %s; test split: %s", path, metrics["test_split"])
+    return path
+
+
+if __name__ == "__main__":
+    main()
