@@ -138,6 +138,13 @@ def test_http_teacher_malformed_output(reply, status):
     assert len(server.requests) == 1  # malformed answers are not retried
 
 
+def test_http_teacher_empty_rollout_sends_no_request():
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER)) as server:
+        teacher = fast_teacher(server)
+        judgment = run(judge_and_close(teacher, sentences=[]))
+    assert judgment.status == "empty" and not server.requests and teacher.counters["failures/empty"] == 1
+
+
 def test_http_teacher_connection_error():
     with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER)) as server:
         base_url = server.base_url
@@ -241,6 +248,8 @@ def test_rule_based_toy_teacher():
     assert unsolvable is None
     assert not_toy.status == "parse_error" and not is_endpoint_failure(not_toy)
     assert teacher.counters["failures/parse_error"] == 2 and teacher.counters["judge_calls"] == 5
+    empty = run(teacher.judge(PROBLEM, REFERENCE, []))
+    assert (empty.first_mistake, empty.status) == (None, "empty")
 
 
 # --- local transformers teacher ----------------------------------------------------------------

@@ -11,7 +11,7 @@ status               meaning                                                    
                      (``first_mistake=None`` = the teacher found no mistake)       (None on a verifier-
                                                                                    wrong rollout: p(a)=0,
                                                                                    counted as disagreement)
-``empty``            the teacher answered nothing                                  p(a) = 0 for the rollout
+``empty``            the teacher answered nothing, or the rollout had no sentence  p(a) = 0 for the rollout
 ``parse_error``      no JSON object / no readable field in the answer              p(a) = 0 for the rollout
 ``missing_field``    a JSON object without a first-mistake field                   p(a) = 0 for the rollout
 ``invalid_field``    first-mistake value not an integer id (e.g. ``"two"``)        p(a) = 0 for the rollout

@@ -115,6 +115,9 @@ class TransformersTeacher:
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
         self.counters["judge_calls"] += 1
+        if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
+            self.counters["failures/empty"] += 1
+            return Judgment(None, None, "empty", "empty rollout")
         try:
             messages = build_judge_messages(problem, reference, sentences)
             answer = await asyncio.to_thread(self._generate, messages, self.judge_temperature)

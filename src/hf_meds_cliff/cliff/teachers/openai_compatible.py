@@ -216,6 +216,9 @@ class OpenAICompatibleTeacher:
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
         """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception."""
         self.counters["judge_calls"] += 1
+        if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
+            self.counters["failures/empty"] += 1
+            return Judgment(None, None, "empty", "empty rollout")
         try:
             messages = build_judge_messages(problem, reference, sentences)
             answer = await self._chat(messages, self.judge_temperature, self.judge_max_tokens)

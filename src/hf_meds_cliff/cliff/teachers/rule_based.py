@@ -58,6 +58,9 @@ class RuleBasedToyTeacher:
         from hf_meds_cliff.toy import first_mistake_index
 
         self.counters["judge_calls"] += 1
+        if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
+            self.counters["failures/empty"] += 1
+            return Judgment(None, None, "empty", "empty rollout")
         completion = _join_sentences(list(sentences))
         try:
             first_mistake = first_mistake_index(problem, completion)
