@@ -304,3 +304,17 @@ def test_min_samples_two_uses_mutual_reachability():
     labels = memory.stored_labels("q")
     assert partition(labels) == partition(hdbscan_labels(rows, min_samples=2))
     assert labels[5] == labels[6] != -1
+
+
+def test_extended_spanning_tree_is_a_minimum_spanning_tree():
+    from hf_meds_cliff.meds.memory import _dense_spanning_tree, _extend_spanning_tree, _normalise_rows
+
+    rng = np.random.default_rng(5)
+    points = _normalise_rows(_mixture(rng, 90))
+    tree = _dense_spanning_tree(points[:70], np.zeros(70))
+    for num_old, num_new in ((70, 16), (86, 4)):
+        tree = _extend_spanning_tree(points[: num_old + num_new], tree, num_old)
+        full = _dense_spanning_tree(points[: num_old + num_new], np.zeros(num_old + num_new))
+        np.testing.assert_allclose(np.sort(tree[:, 2]), np.sort(full[:, 2]), rtol=0, atol=1e-15)
+        edges = {tuple(sorted(map(int, edge[:2]))) for edge in tree}
+        assert edges == {tuple(sorted(map(int, edge[:2]))) for edge in full}

@@ -42,9 +42,9 @@ instead of a full HDBSCAN, and the tree is then condensed and its clusters selec
 ``fast_hdbscan``'s own numba routines (``clusters_from_spanning_tree``), i.e. the same partition
 as ``fast_hdbscan``/``hdbscan`` whenever pairwise distances are distinct (ties may change which of
 several equal-weight edges is kept, never the merge heights; cluster *numbers* are arbitrary in
-all three and differ between them). Other ``min_samples`` values, a key
-after eviction, and a memory restored without trees use an exact dense Prim MST over the mutual
-reachability distances (``O(n² · d)``). Distances are computed from coordinate differences in
+all three and differ between them). Other ``min_samples`` values, a key just after eviction, and a
+step that brings at least as many rows as are stored (e.g. a key's first step) use an exact dense
+Prim MST over the mutual reachability distances (``O(n² · d)``). Distances are computed from coordinate differences in
 float64, never through ``2 - 2·cos``, so near-duplicate rows keep their order.
 
 Eviction (``max_rows_per_key``, default ``None`` = unbounded as in the paper) drops the oldest
@@ -159,40 +159,58 @@ def _find_root(parents, node):  # pragma: no cover - numba
 @numba.njit(cache=True, nogil=True)
 def _extend_spanning_tree(points, old_tree, num_old):  # pragma: no cover - numba
     """Euclidean MST of ``points`` (n, d) given the MST ``old_tree`` (num_old - 1, 3) of its first
-    ``num_old`` rows: Kruskal over the old tree's edges plus every edge touching a new row.
+    ``num_old`` rows: Kruskal over the old tree's edges plus the edges touching a new row.
 
-    Returns (n - 1, 3) float64 rows ``(i, j, distance)``. Equal weights keep candidate order
-    (old edges first, then new rows in order), so the result is deterministic.
+    New edges longer than ``bound`` are skipped: the old tree plus each new row's shortest edge to
+    an old row is a spanning tree whose longest edge is ``bound``, and an MST edge is never longer
+    than the longest edge of any spanning tree (MST edges are minimax paths). Returns (n - 1, 3)
+    float64 rows ``(i, j, distance)``; equal weights keep candidate order (old edges first, then
+    new rows in order), so the result is deterministic.
     """
     num_points, dim = points.shape
+    num_added = num_points - num_old
     num_old_edges = old_tree.shape[0]
-    num_new_edges = 0
-    for j in range(num_old, num_points):
-        num_new_edges += j
-    num_edges = num_old_edges + num_new_edges
-    sources = np.empty(num_edges, dtype=np.int64)
-    targets = np.empty(num_edges, dtype=np.int64)
-    weights = np.empty(num_edges, dtype=np.float64)
+    distances = np.empty((num_added, num_points), dtype=np.float64)
+    bound = 0.0
     for e in range(num_old_edges):
-        sources[e] = np.int64(old_tree[e, 0])
-        targets[e] = np.int64(old_tree[e, 1])
-        weights[e] = old_tree[e, 2]
-    e = num_old_edges
-    for j in range(num_old, num_points):
+        bound = max(bound, old_tree[e, 2])
+    for a in range(num_added):
+        j = num_old + a
+        nearest_old = np.inf
         for i in range(j):
             squared = 0.0
             for c in range(dim):
                 diff = points[i, c] - points[j, c]
                 squared += diff * diff
-            sources[e] = i
-            targets[e] = j
-            weights[e] = math.sqrt(squared)
-            e += 1
+            distances[a, i] = math.sqrt(squared)
+            if i < num_old and distances[a, i] < nearest_old:
+                nearest_old = distances[a, i]
+        bound = max(bound, nearest_old)  # inf when there is no old row: nothing is skipped
+    num_candidates = num_old_edges
+    for a in range(num_added):
+        for i in range(num_old + a):
+            if distances[a, i] <= bound:
+                num_candidates += 1
+    sources = np.empty(num_candidates, dtype=np.int64)
+    targets = np.empty(num_candidates, dtype=np.int64)
+    weights = np.empty(num_candidates, dtype=np.float64)
+    for e in range(num_old_edges):
+        sources[e] = np.int64(old_tree[e, 0])
+        targets[e] = np.int64(old_tree[e, 1])
+        weights[e] = old_tree[e, 2]
+    e = num_old_edges
+    for a in range(num_added):
+        for i in range(num_old + a):
+            if distances[a, i] <= bound:
+                sources[e] = i
+                targets[e] = num_old + a
+                weights[e] = distances[a, i]
+                e += 1
     order = np.argsort(weights, kind="mergesort")
     parents = np.arange(num_points)
     tree = np.empty((max(num_points - 1, 0), 3), dtype=np.float64)
     added = 0
-    for position in range(num_edges):
+    for position in range(num_candidates):
         if added == num_points - 1:
             break
         e = order[position]
@@ -633,7 +651,8 @@ class ErrorMemory:
     def _spanning_tree(self, entry: _KeyMemory, num_old: int, rebuild: bool) -> np.ndarray:
         points = entry.features
         if self.min_samples == 1:
-            if rebuild or entry.spanning_tree is None:
+            # Kruskal over m·n candidate edges beats Prim's n²/2 only while m is a small share of n.
+            if rebuild or entry.spanning_tree is None or num_old < points.shape[0] - num_old:
                 return _dense_spanning_tree(points, np.zeros(points.shape[0]))
             return _extend_spanning_tree(points, entry.spanning_tree, num_old)
         return _dense_spanning_tree(points, _core_distances(points, self.min_samples))
