@@ -131,62 +131,77 @@ def test_two_process_run_equals_one_process_run(tmp_path):
     assert cliff_single == cliff_double
 
 
+def load_script():
+    spec = importlib.util.spec_from_file_location("train_cliff", ROOT / "scripts" / "train_cliff.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_cliff"] = module  # its dataclass resolves annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_defaults_to_the_toy_world_and_folds_teacher_shorthands():
+    script = load_script()
+    script_args, training_args, model_args, teacher_args = script.parse_args([])
+    assert isinstance(training_args, CliffConfig) and training_args.cliff_teacher == "rule"
+    assert script_args.dataset_name == "toy" and model_args.model_name_or_path == "toy"
+    assert training_args.use_cpu and not training_args.bf16
+    parsed = script.parse_args(["--teacher_base_url", "http://127.0.0.1:8001/v1", "--teacher_model", "m"])
+    config = script.apply_teacher_arguments(parsed[1], parsed[3])
+    assert (config.cliff_teacher, config.cliff_teacher_base_url, config.cliff_teacher_model) == (
+        "http", "http://127.0.0.1:8001/v1", "m",
+    )  # fmt: skip
+    parsed = script.parse_args(["--teacher_model", "m"])
+    with pytest.raises(ValueError, match="go together"):
+        script.apply_teacher_arguments(parsed[1], parsed[3])
+
+
 @pytest.mark.slow
-def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_path):
-    """Real generation from the warmed-up toy policy, real verifier, rule-based teacher."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_path, monkeypatch):
+    """scripts/train_cliff.py on the warmed-up toy policy: real generation, verifier and rule-based teacher."""
+    from transformers import AutoModelForCausalLM
 
-    from hf_meds_cliff.rewards import MathAnswerReward
-    from hf_meds_cliff.toy import make_toy_dataset
+    captured = []
+    original = CliffGRPOTrainer._generate_and_score_completions
 
-    class CapturingTrainer(CliffGRPOTrainer):
-        captured: list = []
+    def capturing(self, inputs):
+        output = original(self, inputs)
+        captured.append((output["advantages"].clone(), self.cliff_last_outcome))
+        return output
 
-        def _generate_and_score_completions(self, inputs):
-            output = super()._generate_and_score_completions(inputs)
-            self.captured.append((output["advantages"].clone(), self.cliff_last_outcome))
-            return output
-
-    tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
-    tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(toy_policy_path)
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    args = CliffConfig(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=32,
-        num_generations=8,
-        max_completion_length=64,
-        temperature=1.0,
-        max_steps=2,
-        learning_rate=1e-3,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-        cliff_teacher="rule",
-        **CPU,
-    )
-    trainer = CapturingTrainer(
-        model=model,
-        reward_funcs=[MathAnswerReward()],
-        args=args,
-        train_dataset=make_toy_dataset("train", 64, seed=0),
-        processing_class=tokenizer,
-    )
-    trainer.train()
-    trainer.close_teacher()
+    monkeypatch.setattr(CliffGRPOTrainer, "_generate_and_score_completions", capturing)
+    script = load_script()
+    out = tmp_path / "out"
+    trainer = script.main(
+        *script.parse_args(
+            [
+                "--model_name_or_path", str(toy_policy_path),
+                "--output_dir", str(out),
+                "--max_steps", "2",
+                "--per_device_train_batch_size", "32",
+                "--toy_train_size", "64",
+                "--learning_rate", "1e-3",
+                "--gradient_checkpointing", "false",
+            ]
+        )
+    )  # fmt: skip
 
     logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
     assert len(logs) == 2
     for key in ("cliff/judge_calls", "cliff/groups_skipped", "cliff/agreement", "cliff/judge_wall_time"):
         assert key in logs[0]
     assert sum(record["cliff/groups_cliff"] for record in logs) > 0
-    # Every wrong rollout whose first mistake is after sentence 0 has a prefix with a different advantage.
+    # Every wrong rollout whose first mistake is after sentence 0 got a prefix advantage unlike its suffix's.
     split_rows = 0
-    for advantages, outcome in trainer.captured:
+    for advantages, outcome in captured:
+        assert advantages.dim() == 2
         for row, mistake in enumerate(outcome.first_mistake):
             if mistake is not None and mistake > 0:
                 values = advantages[row][advantages[row] != 0]
                 assert values[0].item() != pytest.approx(values[-1].item())
                 split_rows += 1
     assert split_rows > 0, "no wrong rollout with a located mistake after its first sentence"
-    assert any(not torch.equal(v, initial[k]) for k, v in trainer.model.state_dict().items())
+    initial = AutoModelForCausalLM.from_pretrained(toy_policy_path).state_dict()
+    assert any(not torch.equal(v.cpu(), initial[k]) for k, v in trainer.model.state_dict().items() if k in initial)
+    assert (out / "model.safetensors").is_file()
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("cliff/judge_calls" in record for record in metrics)
