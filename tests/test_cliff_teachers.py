@@ -88,6 +88,16 @@ def test_http_teacher_timeout_after_retries():
     assert elapsed < 1.0 + 0.5  # the client gave up at its timeout, not at the server's 1 s per request
 
 
+def test_http_teacher_timeout_bounds_a_trickling_reply():
+    # every byte arrives well within httpx's read timeout, but the whole reply would take ~3 s
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, trickle=0.01)) as server:
+        teacher = fast_teacher(server, timeout=0.3, max_retries=0)
+        start = time.perf_counter()
+        judgment = run(judge_and_close(teacher))
+        elapsed = time.perf_counter() - start
+    assert judgment.status == "timeout" and elapsed < 1.5
+
+
 def test_http_teacher_retries_5xx_then_succeeds():
     def responder(body, index):
         return (

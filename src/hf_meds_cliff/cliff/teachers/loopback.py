@@ -30,12 +30,14 @@ __all__ = ["FixedReply", "LoopbackChatServer", "Reply", "chat_completion_body", 
 @dataclass
 class Reply:
     """One scripted reply: HTTP ``status``, the assistant ``content`` (wrapped in a chat-completion
-    body) or a verbatim ``raw_body``, after ``delay`` seconds."""
+    body) or a verbatim ``raw_body``, after ``delay`` seconds; with ``trickle`` > 0 the body is sent
+    one byte every ``trickle`` seconds (a stalled-but-alive endpoint)."""
 
     content: str = ""
     status: int = 200
     delay: float = 0.0
     raw_body: str | None = None
+    trickle: float = 0.0
 
 
 @dataclass
@@ -156,7 +158,13 @@ class LoopbackChatServer:
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    if reply.trickle > 0:
+                        for offset in range(len(data)):
+                            self.wfile.write(data[offset : offset + 1])
+                            self.wfile.flush()
+                            time.sleep(reply.trickle)
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout): nothing to answer
                 finally:

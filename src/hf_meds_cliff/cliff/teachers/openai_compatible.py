@@ -171,8 +171,11 @@ class OpenAICompatibleTeacher:
             self.counters["requests"] += 1
             try:
                 async with semaphore:
-                    response = await client.post("/chat/completions", json=payload)
-            except httpx.TimeoutException as error:
+                    # httpx's timeout bounds each read; wait_for also bounds a reply trickled byte by byte
+                    response = await asyncio.wait_for(
+                        client.post("/chat/completions", json=payload), self.timeout
+                    )
+            except (httpx.TimeoutException, asyncio.TimeoutError) as error:
                 last_kind, last_message = "timeout", f"timeout after {self.timeout}s: {type(error).__name__}"
                 continue
             except httpx.TransportError as error:
