@@ -59,61 +59,57 @@ _ABBREVIATIONS = frozenset(
 _LIST_MARKER = re.compile(r"(?:\d{1,3}|[A-Za-z]|[ivxlcdmIVXLCDM]{1,6})")
 
 
-def _math_and_brace_mask(text: str) -> list[bool]:
-    """``protected[i]`` is True when a sentence may not end right after character ``i``.
+_MATH_TOKEN = re.compile(r"\\[\[(]|\\.|\$\$|\$", re.DOTALL)
+_DOLLAR_TOKEN = re.compile(r"\\.|\$|\n\n", re.DOTALL)
+_BRACE_TOKEN = re.compile(r"\\[{}]|\\.|[{}]", re.DOTALL)
+_CANDIDATE = re.compile(r"[.!?\n]")
+_WHITESPACE = re.compile(r"\s*")
+
+
+def _protect(protected: bytearray, start: int, end: int) -> None:
+    protected[start:end] = b"\x01" * (end - start)
+
+
+def _math_and_brace_mask(text: str) -> bytearray:
+    """``protected[i]`` is 1 when a sentence may not end right after character ``i``.
 
     Math regions protect every character but the last closing delimiter; brace groups protect their
-    content and opening brace (so ``\\frac{1}{2}.`` still ends after the ``.``).
+    content and opening brace (so ``\\frac{1}{2}.`` still ends after the ``.``). Escaped characters
+    (``\\$``, ``\\{`` outside a brace pair, ``\\\\``) are literal.
     """
-    n = len(text)
-    protected = [False] * n
-    i = 0
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n:
-            nxt = text[i + 1]
-            closer = {"[": "\\]", "(": "\\)"}.get(nxt)
-            if closer is not None:
-                end = text.find(closer, i + 2)
-                if end != -1:
-                    for k in range(i, end + 1):  # up to and including the backslash of the closer
-                        protected[k] = True
-                    i = end + 2
-                    continue
-            i += 2  # an escaped character (\$, \{, \\ ...) is literal
-            continue
-        if ch == "$":
-            if text.startswith("$$", i):
-                end = text.find("$$", i + 2)
-                if end != -1:
-                    for k in range(i, end + 1):
-                        protected[k] = True
-                    i = end + 2
-                    continue
-                i += 2
-                continue
-            end = _closing_dollar(text, i + 1)
+    protected = bytearray(len(text))
+    position = 0
+    while (match := _MATH_TOKEN.search(text, position)) is not None:
+        start, token = match.start(), match.group()
+        position = match.end()
+        if token in ("\\[", "\\("):
+            end = text.find("\\]" if token == "\\[" else "\\)", start + 2)
             if end != -1:
-                for k in range(i, end):
-                    protected[k] = True
-                i = end + 1
-                continue
-        i += 1
+                _protect(protected, start, end + 1)  # up to and including the backslash of the closer
+                position = end + 2
+        elif token == "$$":
+            end = text.find("$$", start + 2)
+            if end != -1:
+                _protect(protected, start, end + 1)
+                position = end + 2
+        elif token == "$":
+            end = _closing_dollar(text, start + 1)
+            if end != -1:
+                _protect(protected, start, end)
+                position = end + 1
 
-    # Balanced braces ("{...}" and "\\{...\\}") outside math; an unmatched or mismatched closer is ignored.
+    # Balanced braces ("{...}" and "\\{...\\}"); an unmatched or mismatched closer is ignored.
     stack: list[tuple[int, bool]] = []
-    i = 0
-    while i < n:
-        ch = text[i]
-        escaped = ch == "\\" and i + 1 < n and text[i + 1] in "{}"
-        brace = text[i + 1] if escaped else ch
-        if brace == "{" and (escaped or ch == "{"):
-            stack.append((i, escaped))
-        elif brace == "}" and (escaped or ch == "}") and stack and stack[-1][1] == escaped:
-            start, _ = stack.pop()
-            for k in range(start, i + 1 if escaped else i):  # "\\}" ends at its "}"
-                protected[k] = True
-        i += 2 if ch == "\\" else 1
+    position = 0
+    while (match := _BRACE_TOKEN.search(text, position)) is not None:
+        start, token = match.start(), match.group()
+        position = match.end()
+        escaped = token in ("\\{", "\\}")
+        if token[-1] == "{" and (escaped or token == "{"):
+            stack.append((start, escaped))
+        elif token[-1] == "}" and (escaped or token == "}") and stack and stack[-1][1] == escaped:
+            opening, _ = stack.pop()
+            _protect(protected, opening, start + 1 if escaped else start)  # "\\}" ends at its "}"
     return protected
 
 
@@ -127,20 +123,21 @@ def _closing_dollar(text: str, start: int) -> int:
     n = len(text)
     if start >= n or text[start].isspace():
         return -1
-    i = start
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "$":
-            if i > start and not text[i - 1].isspace() and not (i + 1 < n and text[i + 1].isdigit()):
-                return i
-            if i + 1 < n and text[i + 1] == "$":
-                return -1  # a display-math delimiter cannot close inline math
-        elif ch == "\n" and text.startswith("\n", i + 1):
+    position = start
+    while (match := _DOLLAR_TOKEN.search(text, position)) is not None:
+        index, token = match.start(), match.group()
+        position = match.end()
+        if token == "\n\n":
             return -1
-        i += 1
+        if token == "$":
+            if (
+                index > start
+                and not text[index - 1].isspace()
+                and not (index + 1 < n and text[index + 1].isdigit())
+            ):
+                return index
+            if index + 1 < n and text[index + 1] == "$":
+                return -1  # a display-math delimiter cannot close inline math
     return -1
 
 
@@ -182,36 +179,32 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     protected = _math_and_brace_mask(text)
     ends: list[int] = []
     sentence_start = 0
-    i = 0
-    while i < n:
-        ch = text[i]
-        boundary = -1
+    position = 0
+    while (match := _CANDIDATE.search(text, position)) is not None:
+        i = match.start()
+        position = i + 1
         if protected[i]:
-            i += 1
             continue
-        if ch == "\n":
+        boundary = -1
+        if text[i] == "\n":
             boundary = i + 1
-        elif ch in _TERMINATORS:
+        else:
             j = i + 1
             while j < n and (text[j] in _TERMINATORS or text[j] in _CLOSERS):
                 j += 1
             if j == n or text[j].isspace():
                 is_exception = (
-                    ch == "."
+                    text[i] == "."
                     and j == i + 1
                     and (_is_list_marker(text, sentence_start, i) or _is_abbreviation(text, i))
                 )
                 if not is_exception:
                     boundary = j
-            i = j - 1
+            position = j
         if boundary != -1:
-            while boundary < n and text[boundary].isspace():
-                boundary += 1
+            boundary = _WHITESPACE.match(text, boundary).end()
             ends.append(boundary)
-            sentence_start = boundary
-            i = boundary
-            continue
-        i += 1
+            sentence_start = position = boundary
     if not ends or ends[-1] != n:
         ends.append(n)
 
