@@ -279,10 +279,8 @@ def generate_completions(
     generation_config.do_sample = do_sample
     if do_sample:
         generation_config.temperature = temperature
-    else:
-        generation_config.temperature = None
-        generation_config.top_k = None
-        generation_config.top_p = None
+    else:  # neutral values: unset ones would be filled from the model's sampling defaults (top_k=0) and warn
+        generation_config.temperature, generation_config.top_k, generation_config.top_p = 1.0, 50, 1.0
     prompts = [prompt for prompt in chat_prompts(tokenizer, questions) for _ in range(num_samples)]
     texts: list[str] = []
     was_training = model.training
