@@ -1,0 +1,287 @@
+"""Generation backends for pass@k: vLLM (GPU) or transformers ``generate`` (anywhere).
+
+Both take chat prompts and per-prompt seeds and return ``n`` :class:`Sample` per prompt, so the
+runner and the results format do not depend on the backend.
+
+Seeding: vLLM gets one ``SamplingParams(n=..., seed=...)`` per prompt, so a problem's samples depend
+only on its seed. transformers' ``generate`` has no per-row generator, so a batch is seeded with the
+seed of its first problem: results are reproducible for the same pending problems and batch size.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated completion: its text, token count (eos included) and whether it hit the limit."""
+
+    text: str
+    num_tokens: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How completions are sampled (the paper: n = 128, temperature 1.0, top-p 1.0, seed 0)."""
+
+    num_samples: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 3072
+
+    def __post_init__(self):
+        if not isinstance(self.num_samples, int) or self.num_samples < 1:
+            raise ValueError(f"num_samples (n) = {self.num_samples!r} must be a positive integer.")
+        if self.temperature < 0:
+            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 means greedy).")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p={self.top_p} must be in (0, 1].")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be a positive integer.")
+
+
+class GenerationBackend(Protocol):
+    name: str
+
+    def problems_per_call(self, num_samples: int) -> int:
+        """How many prompts to hand over per :meth:`generate` call (the resume granularity)."""
+
+    def generate(
+        self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
+    ) -> list[list[Sample]]:
+        """``settings.num_samples`` samples for each chat prompt."""
+
+
+def render_prompt(tokenizer, messages: list[dict[str, str]], chat_template_kwargs: dict | None = None) -> str:
+    """The model input for chat ``messages``: the tokenizer's chat template with the generation prompt,
+    or, for a tokenizer without one (base models), the message contents joined by blank lines."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+        )
+    return "\n\n".join(m["content"] for m in messages) + "\n\n"
+
+
+def vllm_available() -> bool:
+    """vLLM importable and a CUDA device present."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class TransformersBackend:
+    """Batched sampling with ``model.generate`` (CPU or GPU).
+
+    Args:
+        model_name_or_path: local folder or Hub id of a causal LM.
+        adapter_path: optional PEFT (LoRA) adapter, merged into the weights for generation.
+        tokenizer_name_or_path: defaults to the adapter folder if it has a tokenizer, else the model.
+        batch_size: rows (prompt copies) per ``generate`` call.
+        device: ``"cuda"``/``"cpu"``/...; default CUDA when available.
+        dtype: ``"auto"`` (bfloat16 on CUDA, float32 on CPU) or a torch dtype name.
+        chat_template_kwargs: passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": False}``).
+    """
+
+    name = "transformers"
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        adapter_path: str | None = None,
+        tokenizer_name_or_path: str | None = None,
+        batch_size: int = 64,
+        device: str | None = None,
+        dtype: str = "auto",
+        chat_template_kwargs: dict | None = None,
+    ):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be a positive integer.")
+        self.batch_size = batch_size
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dtype == "auto":
+            torch_dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        else:
+            torch_dtype = getattr(torch, dtype)
+        tokenizer_source = tokenizer_name_or_path or model_name_or_path
+        if tokenizer_name_or_path is None and adapter_path is not None:
+            from pathlib import Path
+
+            if (Path(adapter_path) / "tokenizer_config.json").is_file():
+                tokenizer_source = adapter_path
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+        self.tokenizer.padding_side = "left"  # a saved tokenizer does not keep it
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=torch_dtype)
+        if adapter_path is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, adapter_path).merge_and_unload()
+        self.model = model.to(self.device).eval()
+        self.chat_template_kwargs = chat_template_kwargs
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
+
+    def problems_per_call(self, num_samples: int) -> int:
+        return max(1, self.batch_size // num_samples)
+
+    def generate(
+        self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
+    ) -> list[list[Sample]]:
+        import torch
+        from transformers import GenerationConfig
+
+        if len(prompts) != len(seeds):
+            raise ValueError(f"Got {len(seeds)} seeds for {len(prompts)} prompts.")
+        if not prompts:
+            return []
+        texts = [render_prompt(self.tokenizer, p, self.chat_template_kwargs) for p in prompts]
+        rows = [text for text in texts for _ in range(settings.num_samples)]
+        sampling = settings.temperature > 0
+        generation_config = GenerationConfig(
+            do_sample=sampling,
+            temperature=settings.temperature if sampling else None,
+            top_p=settings.top_p if sampling else None,
+            top_k=0 if sampling else None,  # no implicit top-k: the paper samples from the full distribution
+            repetition_penalty=1.0,  # explicit, else a model's generation_config.json default would apply
+            max_new_tokens=settings.max_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=sorted(self.eos_token_ids),
+        )
+        samples: list[Sample] = []
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(int(seeds[0]))
+            for start in range(0, len(rows), self.batch_size):
+                encoded = self.tokenizer(
+                    rows[start : start + self.batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+                ).to(self.device)
+                output = self.model.generate(**encoded, generation_config=generation_config)
+                generated = output[:, encoded["input_ids"].shape[1] :].tolist()
+                for token_ids in generated:
+                    length = next(
+                        (i + 1 for i, token in enumerate(token_ids) if token in self.eos_token_ids), None
+                    )
+                    truncated = length is None
+                    kept = token_ids if truncated else token_ids[:length]
+                    text = self.tokenizer.decode(kept, skip_special_tokens=True)
+                    samples.append(Sample(text=text, num_tokens=len(kept), truncated=truncated))
+        n = settings.num_samples
+        return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+class VLLMBackend:
+    """vLLM offline engine: ``LLM.generate`` with one ``SamplingParams(n=...)`` per prompt.
+
+    Written against vLLM's documented offline API (``LLM``, ``SamplingParams``, ``LoRARequest``);
+    it needs a CUDA GPU and is not exercised by the CPU test suite.
+
+    Args:
+        model_name_or_path: local folder or Hub id.
+        adapter_path: optional LoRA adapter (served with ``enable_lora=True``).
+        tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype: passed to ``vllm.LLM``.
+        max_lora_rank: the largest LoRA rank vLLM reserves room for.
+        chat_template_kwargs: passed to ``apply_chat_template``.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        adapter_path: str | None = None,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        dtype: str = "auto",
+        max_lora_rank: int = 64,
+        chat_template_kwargs: dict | None = None,
+    ):
+        from vllm import LLM
+
+        engine_kwargs: dict[str, Any] = {
+            "model": model_name_or_path,
+            "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "dtype": dtype,
+        }
+        if max_model_len is not None:
+            engine_kwargs["max_model_len"] = max_model_len
+        if adapter_path is not None:
+            engine_kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank)
+        self.llm = LLM(**engine_kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.lora_request = None
+        if adapter_path is not None:
+            from vllm.lora.request import LoRARequest
+
+            self.lora_request = LoRARequest("adapter", 1, adapter_path)
+        self.chat_template_kwargs = chat_template_kwargs
+
+    def problems_per_call(self, num_samples: int) -> int:
+        return max(1, 8192 // num_samples)  # vLLM schedules internally; this only sets the resume granularity
+
+    def generate(
+        self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
+    ) -> list[list[Sample]]:
+        from vllm import SamplingParams
+
+        if len(prompts) != len(seeds):
+            raise ValueError(f"Got {len(seeds)} seeds for {len(prompts)} prompts.")
+        texts = [render_prompt(self.tokenizer, p, self.chat_template_kwargs) for p in prompts]
+        params = [
+            SamplingParams(
+                n=settings.num_samples,
+                temperature=settings.temperature,
+                top_p=settings.top_p,
+                max_tokens=settings.max_new_tokens,
+                seed=int(seed),
+            )
+            for seed in seeds
+        ]
+        outputs = self.llm.generate(texts, params, lora_request=self.lora_request, use_tqdm=False)
+        return [
+            [
+                Sample(text=o.text, num_tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+                for o in request.outputs
+            ]
+            for request in outputs
+        ]
+
+
+def build_backend(name: str, model_name_or_path: str, **kwargs: Any) -> GenerationBackend:
+    """``"vllm"``, ``"transformers"`` or ``"auto"`` (vLLM when importable with a CUDA GPU).
+
+    ``kwargs`` go to the backend; keys the chosen backend does not take are ignored
+    (``batch_size`` is transformers-only, ``tensor_parallel_size`` etc. vLLM-only).
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"backend={name!r} is not one of {BACKENDS}.")
+    if name == "auto":
+        name = "vllm" if vllm_available() else "transformers"
+    if name == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA only).")
+        accepted = {"adapter_path", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "dtype",
+                    "max_lora_rank", "chat_template_kwargs"}
+        return VLLMBackend(model_name_or_path, **{k: v for k, v in kwargs.items() if k in accepted})
+    accepted = {"adapter_path", "tokenizer_name_or_path", "batch_size", "device", "dtype", "chat_template_kwargs"}
+    logger.info("Generating with transformers (vLLM %s).", "unused" if vllm_available() else "unavailable")
+    return TransformersBackend(model_name_or_path, **{k: v for k, v in kwargs.items() if k in accepted})
