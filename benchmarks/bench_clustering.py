@@ -99,7 +99,9 @@ def run_reference_step(memory: ErrorMemory, data, memory_rows: int, num_keys: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keys", type=int, default=512, help="keys (prompts) touched per step")
     parser.add_argument("--rows", type=int, default=16, help="new rows per key per step")
     parser.add_argument("--dim", type=int, default=14, help="feature width")

@@ -45,7 +45,9 @@ def test_cap_mask_nan_and_non_binary_rewards():
     # the cap: log(1001) * 0.1 = 0.69 > beta
     np.testing.assert_allclose(shape_rewards([0.0], [False], [1000], 0.1, 0.2), [-0.2])
     # rows without a feature keep their reward whatever size they carry
-    shaped = shape_rewards(REWARDS, CORRECT, SIZES, 0.1, 0.2, target="both", has_feature=[False, True, True, True])
+    shaped = shape_rewards(
+        REWARDS, CORRECT, SIZES, 0.1, 0.2, target="both", has_feature=[False, True, True, True]
+    )
     np.testing.assert_allclose(shaped, [0.0, 0.0, 1.0 / (1.0 + P3), 1.0])
     # TRL's NaN for a missing reward stays NaN; a shaped (e.g. overlong-penalised) reward shifts
     shaped = shape_rewards([np.nan, -0.5, 0.5], [False, False, True], [3, 3, 3], 0.1, 0.2, target="both")

@@ -27,7 +27,16 @@ _LAZY_ATTRIBUTES = {
     "MEDSGRPOTrainer": "hf_meds_cliff.meds.trainer",
 }
 
-__all__ = list(_LAZY_ATTRIBUTES)
+__all__ = [
+    "PENALTY_TARGETS",
+    "ErrorMemory",
+    "MEDSConfig",
+    "MEDSGRPOTrainer",
+    "hdbscan_labels",
+    "penalties",
+    "shape_rewards",
+    "top1_eigen_ratio",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import MEDSConfig

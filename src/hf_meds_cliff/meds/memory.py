@@ -413,7 +413,7 @@ class _KeyMemory:
     """Stored rows of one key: features (n, d), row ids (n,), labels (n,) and the MST of the last
     fit ((n - 1, 3), or None when it must be rebuilt densely)."""
 
-    __slots__ = ("features", "row_ids", "labels", "spanning_tree")
+    __slots__ = ("features", "labels", "row_ids", "spanning_tree")
 
     def __init__(self, dim: int):
         self.features = np.zeros((0, dim), dtype=np.float64)

@@ -112,8 +112,10 @@ def shape_rewards(
         import torch
 
         if rewards.shape != (batch_size,):
-            raise ValueError(f"rewards must have shape ({batch_size},) like cluster_sizes, got {tuple(rewards.shape)}.")
-        as_tensor = lambda array: torch.as_tensor(array, device=rewards.device)  # noqa: E731
+            raise ValueError(
+                f"rewards must have shape ({batch_size},) like cluster_sizes, got {tuple(rewards.shape)}."
+            )
+        as_tensor = lambda array: torch.as_tensor(array, device=rewards.device)
         penalty_t = as_tensor(penalty).to(rewards.dtype)
         shaped = torch.where(as_tensor(penalise_wrong), rewards - penalty_t, rewards)
         return torch.where(as_tensor(penalise_right), shaped / (1.0 + penalty_t), shaped)
