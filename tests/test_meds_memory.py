@@ -318,3 +318,21 @@ def test_extended_spanning_tree_is_a_minimum_spanning_tree():
         np.testing.assert_allclose(np.sort(tree[:, 2]), np.sort(full[:, 2]), rtol=0, atol=1e-15)
         edges = {tuple(sorted(map(int, edge[:2]))) for edge in tree}
         assert edges == {tuple(sorted(map(int, edge[:2]))) for edge in full}
+
+
+def test_import_is_light_and_tensors_are_accepted():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from hf_meds_cliff.meds import ErrorMemory, shape_rewards, top1_eigen_ratio; "
+        "print(sorted(m for m in ('trl', 'fast_hdbscan', 'torch') if m in sys.modules))"
+    )
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "[]"
+
+    torch = pytest.importorskip("torch")
+    from_tensor, from_array = ErrorMemory(), ErrorMemory()
+    from_tensor.assign_and_update(["q"] * 6, torch.tensor(STEP_1, dtype=torch.float32))
+    from_array.assign_and_update(["q"] * 6, STEP_1.astype(np.float32))
+    assert from_tensor.state_equal(from_array)
