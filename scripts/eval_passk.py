@@ -39,14 +39,21 @@ def main(args: EvalArguments) -> dict | None:
         logger.info("Wrote %s and %s", plot_path, csv_path)
         return None
     summary = run_evaluation(args)
-    for benchmark, block in {**summary["benchmarks"], **({"average": summary["average"]} if "average" in summary else {})}.items():
+    for benchmark, block in {
+        **summary["benchmarks"],
+        **({"average": summary["average"]} if "average" in summary else {}),
+    }.items():
         curve = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in block["pass@k"].items())
-        logger.info("%s: %s  mean@n=%.2f  maj@n=%.2f", benchmark, curve, 100 * block["mean@n"], 100 * block["maj@n"])
+        logger.info(
+            "%s: %s  mean@n=%.2f  maj@n=%.2f", benchmark, curve, 100 * block["mean@n"], 100 * block["maj@n"]
+        )
     logger.info("Results in %s", args.output_dir)
     return summary
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     (eval_args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses()
     main(eval_args)

@@ -147,12 +147,20 @@ def test_unknown_benchmark_lists_known_ones():
 
 def test_local_file_columns(tmp_path):
     path = tmp_path / "mine.jsonl"
-    rows = [{"question": "What is 1+1?", "target": "2"}, {"question": "Half of 1?", "target": "$\\frac{1}{2}$"},
-            {"question": "What is 1+1?", "target": "2"}, {"question": "No answer", "target": ""}]
+    rows = [
+        {"question": "What is 1+1?", "target": "2"},
+        {"question": "Half of 1?", "target": "$\\frac{1}{2}$"},
+        {"question": "What is 1+1?", "target": "2"},
+        {"question": "No answer", "target": ""},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['answer', 'problem'\].*--problem_column <column>"):
+    with pytest.raises(
+        ValueError, match=r"lacks the column\(s\) \['answer', 'problem'\].*--problem_column <column>"
+    ):
         load_benchmark(str(path))
-    problems = load_benchmark(str(path), problem_column="question", answer_column="target", prompt_template="qwen_math_user")
+    problems = load_benchmark(
+        str(path), problem_column="question", answer_column="target", prompt_template="qwen_math_user"
+    )
     assert [p.answer for p in problems] == ["2", "\\frac{1}{2}"]  # duplicate and answerless rows dropped
     assert problems[0].benchmark == "mine"
     assert problems[0].prompt[-1]["content"].endswith("put your final answer within \\boxed{}.")
@@ -214,10 +222,14 @@ class ScriptedBackend:
 
 
 def _toy_args(output_dir, **overrides):
-    settings = dict(
-        model_name_or_path="scripted-model", output_dir=str(output_dir), benchmarks=["toy"], num_samples=4,
-        max_problems=3, progress=False,
-    )
+    settings = {
+        "model_name_or_path": "scripted-model",
+        "output_dir": str(output_dir),
+        "benchmarks": ["toy"],
+        "num_samples": 4,
+        "max_problems": 3,
+        "progress": False,
+    }
     settings.update(overrides)
     return EvalArguments(**settings)
 
@@ -235,7 +247,9 @@ def test_runner_exact_numbers_and_resume(tmp_path):
         assert toy["pass@k"][str(k)] == pytest.approx(float(np.mean(pass_at_k(4, c, k))))
     assert toy["pass@k"]["1"] == pytest.approx(5 / 12)
     assert toy["mean@n"] == pytest.approx(5 / 12)
-    assert toy["maj@n"] == pytest.approx(2 / 3)  # problem 0 votes wrong; problem 1 ties 1-1, the correct answer first
+    assert toy["maj@n"] == pytest.approx(
+        2 / 3
+    )  # problem 0 votes wrong; problem 1 ties 1-1, the correct answer first
     assert toy["no_boxed_fraction"] == pytest.approx(4 / 12)  # odd indices past the correct ones
     assert len(backend.generated) == 3
 
@@ -304,8 +318,16 @@ def toy_model_path(request, tmp_path_factory):
 def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypatch):
     output_dir = tmp_path / "run"
     args = EvalArguments(
-        model_name_or_path=str(toy_model_path), output_dir=str(output_dir), benchmarks=["toy"], num_samples=4,
-        max_problems=6, backend="transformers", batch_size=8, label="toy", progress=False, verify_timeout=20,
+        model_name_or_path=str(toy_model_path),
+        output_dir=str(output_dir),
+        benchmarks=["toy"],
+        num_samples=4,
+        max_problems=6,
+        backend="transformers",
+        batch_size=8,
+        label="toy",
+        progress=False,
+        verify_timeout=20,
     )
     summary = run_evaluation(args)
     for name in ("samples.jsonl", "summary.json", "passk.csv", "passk.png", "eval_config.json"):
@@ -330,7 +352,11 @@ def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypat
     assert toy["mean@n"] == pytest.approx(c.sum() / 24)
     with (output_dir / "passk.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 1 and rows[0]["benchmark"] == "toy" and float(rows[0]["pass@4"]) == pytest.approx(toy["pass@k"]["4"])
+    assert (
+        len(rows) == 1
+        and rows[0]["benchmark"] == "toy"
+        and float(rows[0]["pass@4"]) == pytest.approx(toy["pass@k"]["4"])
+    )
     png = (output_dir / "passk.png").read_bytes()
     assert png.startswith(PNG_MAGIC)
     import matplotlib.image
@@ -338,7 +364,9 @@ def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypat
     assert matplotlib.image.imread(output_dir / "passk.png").ndim == 3
 
     # resume: nothing is regenerated, the same numbers come back
-    monkeypatch.setattr(runner_module, "build_backend", lambda *a, **k: pytest.fail("regenerated finished problems"))
+    monkeypatch.setattr(
+        runner_module, "build_backend", lambda *a, **k: pytest.fail("regenerated finished problems")
+    )
     assert run_evaluation(args)["benchmarks"] == summary["benchmarks"]
 
     # several runs on one plot (through the script's argument parsing)
@@ -347,7 +375,14 @@ def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypat
     other["benchmarks"]["toy"]["pass@k"] = {k: min(1.0, v + 0.1) for k, v in toy["pass@k"].items()}
     (tmp_path / "other.json").write_text(json.dumps(other))
     script = Path(__file__).resolve().parents[1] / "scripts" / "eval_passk.py"
-    argv = ["eval_passk.py", "--compare", str(output_dir), str(tmp_path / "other.json"), "--output_dir", str(tmp_path / "cmp")]
+    argv = [
+        "eval_passk.py",
+        "--compare",
+        str(output_dir),
+        str(tmp_path / "other.json"),
+        "--output_dir",
+        str(tmp_path / "cmp"),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     runpy.run_path(str(script), run_name="__main__")
     assert (tmp_path / "cmp" / "compare_passk.png").read_bytes().startswith(PNG_MAGIC)

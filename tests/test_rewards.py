@@ -126,7 +126,10 @@ def test_conversational_completions(pool):
 def test_pathological_answer_times_out_without_blocking_the_batch(pool):
     started = time.monotonic()
     checks = check_answers(
-        ["\\boxed{" + PATHOLOGICAL + "}", "\\boxed{\\frac{4}{2}}", "\\boxed{2}"], ["2", "2", "2"], pool=pool, timeout=2
+        ["\\boxed{" + PATHOLOGICAL + "}", "\\boxed{\\frac{4}{2}}", "\\boxed{2}"],
+        ["2", "2", "2"],
+        pool=pool,
+        timeout=2,
     )
     elapsed = time.monotonic() - started
     assert [c.status for c in checks] == ["timeout", "correct", "correct"]
@@ -157,7 +160,7 @@ def test_check_answer_off_the_main_thread(pool):
 
 
 def test_thread_fallback_when_workers_cannot_start(monkeypatch):
-    import hf_meds_cliff.rewards.verifier as verifier
+    from hf_meds_cliff.rewards import verifier
 
     def broken_worker():
         raise OSError("exec not permitted")
@@ -190,8 +193,15 @@ def test_math_answer_reward_counts_and_trl_hooks():
         trainer_state=None,
     )
     assert values == [1.0, 0.0, 0.0, 0.0]
-    assert metrics == {"math_answer/no_boxed_frac": 0.5, "math_answer/timeout_frac": 0.0, "math_answer/error_frac": 0.0}
-    assert extras == {"extracted_answer": ["12", "13", None, None], "answer_status": ["correct", "wrong", "no_boxed", "no_boxed"]}
+    assert metrics == {
+        "math_answer/no_boxed_frac": 0.5,
+        "math_answer/timeout_frac": 0.0,
+        "math_answer/error_frac": 0.0,
+    }
+    assert extras == {
+        "extracted_answer": ["12", "13", None, None],
+        "answer_status": ["correct", "wrong", "no_boxed", "no_boxed"],
+    }
     assert reward.counts["no_boxed"] == 2 and reward.counts["correct"] == 1 and reward.counts["wrong"] == 1
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .benchmarks import BENCHMARKS, BenchmarkSpec, EvalProblem, known_benchmarks, load_benchmark
 from .estimators import distinct_answers, maj_at_n, majority_answer, mean_at_n, pass_at_k
-from .generation import SamplingSettings, Sample, TransformersBackend, VLLMBackend, build_backend
+from .generation import Sample, SamplingSettings, TransformersBackend, VLLMBackend, build_backend
 from .plots import plot_pass_at_k, write_csv
 from .runner import EvalArguments, compare_summaries, load_summary, run_evaluation
 from .summary import default_k_values, summarize_groups, summarize_problems, summarize_records

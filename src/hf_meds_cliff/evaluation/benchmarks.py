@@ -63,7 +63,11 @@ def listed_answer(value: Any) -> str:
     return ", ".join(parts)
 
 
-ANSWER_FORMATS: dict[str, Callable[[Any], str]] = {"plain": _plain_answer, "gsm8k": gsm8k_answer, "list": listed_answer}
+ANSWER_FORMATS: dict[str, Callable[[Any], str]] = {
+    "plain": _plain_answer,
+    "gsm8k": gsm8k_answer,
+    "list": listed_answer,
+}
 
 
 @dataclass(frozen=True)
@@ -86,23 +90,51 @@ class BenchmarkSpec:
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     spec.name: spec
     for spec in (
-        BenchmarkSpec("aime24", "HuggingFaceH4/aime_2024", "train", "problem", "answer", id_column="id", size=30),
-        BenchmarkSpec("aime25", "yentinglin/aime_2025", "train", "problem", "answer", id_column="id", size=30),
-        BenchmarkSpec("amc23", "math-ai/amc23", "test", "question", "answer", size=40),
-        BenchmarkSpec("math500", "HuggingFaceH4/MATH-500", "test", "problem", "answer", id_column="unique_id", size=500),
         BenchmarkSpec(
-            "olympiadbench", "Hothan/OlympiadBench", "train", "question", "final_answer",
-            config_name="OE_TO_maths_en_COMP", id_column="id", answer_format="list", size=675,
+            "aime24", "HuggingFaceH4/aime_2024", "train", "problem", "answer", id_column="id", size=30
+        ),
+        BenchmarkSpec(
+            "aime25", "yentinglin/aime_2025", "train", "problem", "answer", id_column="id", size=30
+        ),
+        BenchmarkSpec("amc23", "math-ai/amc23", "test", "question", "answer", size=40),
+        BenchmarkSpec(
+            "math500", "HuggingFaceH4/MATH-500", "test", "problem", "answer", id_column="unique_id", size=500
+        ),
+        BenchmarkSpec(
+            "olympiadbench",
+            "Hothan/OlympiadBench",
+            "train",
+            "question",
+            "final_answer",
+            config_name="OE_TO_maths_en_COMP",
+            id_column="id",
+            answer_format="list",
+            size=675,
         ),
         BenchmarkSpec("minerva", "math-ai/minervamath", "test", "question", "answer", size=272),
-        BenchmarkSpec("gsm8k", "openai/gsm8k", "test", "question", "answer", config_name="main", answer_format="gsm8k",
-                      size=1319),
+        BenchmarkSpec(
+            "gsm8k",
+            "openai/gsm8k",
+            "test",
+            "question",
+            "answer",
+            config_name="main",
+            answer_format="gsm8k",
+            size=1319,
+        ),
     )
 }
 """The registered Hub benchmarks (the MEDS paper's five plus Minerva and GSM8K)."""
 
-_ALIASES = {"aime2024": "aime24", "aime2025": "aime25", "amc2023": "amc23", "math-500": "math500",
-            "olympiad_bench": "olympiadbench", "minerva_math": "minerva", "minervamath": "minerva"}
+_ALIASES = {
+    "aime2024": "aime24",
+    "aime2025": "aime25",
+    "amc2023": "amc23",
+    "math-500": "math500",
+    "olympiad_bench": "olympiadbench",
+    "minerva_math": "minerva",
+    "minervamath": "minerva",
+}
 
 TOY_BENCHMARK = "toy"
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -116,7 +148,9 @@ def known_benchmarks() -> list[str]:
 def resolve_benchmark_name(name: str) -> str:
     """Registry name for ``name`` (case-insensitive, common aliases), or a local file path as given."""
     if not isinstance(name, str) or not name:
-        raise ValueError(f"benchmark={name!r} must be a benchmark name or a file path; known: {known_benchmarks()}.")
+        raise ValueError(
+            f"benchmark={name!r} must be a benchmark name or a file path; known: {known_benchmarks()}."
+        )
     key = re.sub(r"\s+", "", name.lower())
     key = _ALIASES.get(key, key)
     if key == TOY_BENCHMARK or key in BENCHMARKS:
@@ -147,8 +181,14 @@ def _check_columns(dataset, needed: dict[str, str], source: str) -> None:
 
 
 def _problems_from_dataset(
-    dataset, *, benchmark: str, problem_column: str, answer_column: str, id_column: str | None,
-    answer_format: str, prompt_template: str,
+    dataset,
+    *,
+    benchmark: str,
+    problem_column: str,
+    answer_column: str,
+    id_column: str | None,
+    answer_format: str,
+    prompt_template: str,
 ) -> list[EvalProblem]:
     to_answer = ANSWER_FORMATS[answer_format]
     problems = []
@@ -162,7 +202,9 @@ def _problems_from_dataset(
         if problem_id in seen:  # duplicated problem text (or id): one entry, else resume would be ambiguous
             continue
         seen.add(problem_id)
-        problems.append(EvalProblem(benchmark, problem_id, build_prompt(problem_text, prompt_template), answer))
+        problems.append(
+            EvalProblem(benchmark, problem_id, build_prompt(problem_text, prompt_template), answer)
+        )
     return problems
 
 
@@ -204,7 +246,8 @@ def load_benchmark(
 
         dataset = make_toy_dataset("test", toy_num_problems, seed=toy_seed)
         problems = [
-            EvalProblem(TOY_BENCHMARK, row["problem_id"], list(row["prompt"]), str(row["answer"])) for row in dataset
+            EvalProblem(TOY_BENCHMARK, row["problem_id"], list(row["prompt"]), str(row["answer"]))
+            for row in dataset
         ]
     else:
         import datasets
@@ -223,15 +266,22 @@ def load_benchmark(
             builder = LOCAL_SUFFIXES[Path(resolved).suffix]
             dataset = datasets.load_dataset(builder, data_files={"test": resolved}, split="test")
             source = f"File {resolved!r}"
-            columns = {"problem_column": problem_column or "problem", "answer_column": answer_column or "answer"}
+            columns = {
+                "problem_column": problem_column or "problem",
+                "answer_column": answer_column or "answer",
+            }
             answer_format = "plain"
         needed = dict(columns)
         if id_column:
             needed["id_column"] = id_column
         _check_columns(dataset, needed, source)
         problems = _problems_from_dataset(
-            dataset, benchmark=benchmark_label(resolved), id_column=id_column, answer_format=answer_format,
-            prompt_template=prompt_template, **columns,
+            dataset,
+            benchmark=benchmark_label(resolved),
+            id_column=id_column,
+            answer_format=answer_format,
+            prompt_template=prompt_template,
+            **columns,
         )
     if not problems:
         raise ValueError(f"Benchmark {name!r} has no problems with an answer.")

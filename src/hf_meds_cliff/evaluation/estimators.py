@@ -13,11 +13,14 @@ from ..rewards.extraction import normalize_answer
 
 def _as_int_array(name: str, value) -> np.ndarray:
     array = np.asarray(value)
-    if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+    if array.dtype == bool or not (
+        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    ):
         raise TypeError(f"{name} must be an integer or an array of integers, got {value!r:.80}")
-    if np.issubdtype(array.dtype, np.floating):
-        if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
-            raise TypeError(f"{name}={value!r:.80} must hold whole numbers.")
+    if np.issubdtype(array.dtype, np.floating) and not (
+        np.all(np.isfinite(array)) and np.all(array == np.round(array))
+    ):
+        raise TypeError(f"{name}={value!r:.80} must hold whole numbers.")
     return array.astype(np.int64)
 
 
@@ -69,7 +72,9 @@ def pass_at_k(n, c, k: int):
         if samples - correct < k:
             values[row] = 1.0
         else:
-            values[row] = 1.0 - float(np.prod(1.0 - k / np.arange(samples - correct + 1, samples + 1, dtype=np.float64)))
+            values[row] = 1.0 - float(
+                np.prod(1.0 - k / np.arange(samples - correct + 1, samples + 1, dtype=np.float64))
+            )
     result = values[inverse.reshape(-1)].reshape(n_array.shape)
     if result.ndim == 0:
         return float(result)

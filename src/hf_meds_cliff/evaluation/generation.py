@@ -171,7 +171,10 @@ class TransformersBackend:
             torch.manual_seed(int(seeds[0]))
             for start in range(0, len(rows), self.batch_size):
                 encoded = self.tokenizer(
-                    rows[start : start + self.batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+                    rows[start : start + self.batch_size],
+                    return_tensors="pt",
+                    padding=True,
+                    add_special_tokens=False,
                 ).to(self.device)
                 output = self.model.generate(**encoded, generation_config=generation_config)
                 generated = output[:, encoded["input_ids"].shape[1] :].tolist()
@@ -278,10 +281,26 @@ def build_backend(name: str, model_name_or_path: str, **kwargs: Any) -> Generati
         name = "vllm" if vllm_available() else "transformers"
     if name == "vllm":
         if importlib.util.find_spec("vllm") is None:
-            raise ValueError("backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA only).")
-        accepted = {"adapter_path", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "dtype",
-                    "max_lora_rank", "chat_template_kwargs"}
+            raise ValueError(
+                "backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA only)."
+            )
+        accepted = {
+            "adapter_path",
+            "tensor_parallel_size",
+            "gpu_memory_utilization",
+            "max_model_len",
+            "dtype",
+            "max_lora_rank",
+            "chat_template_kwargs",
+        }
         return VLLMBackend(model_name_or_path, **{k: v for k, v in kwargs.items() if k in accepted})
-    accepted = {"adapter_path", "tokenizer_name_or_path", "batch_size", "device", "dtype", "chat_template_kwargs"}
+    accepted = {
+        "adapter_path",
+        "tokenizer_name_or_path",
+        "batch_size",
+        "device",
+        "dtype",
+        "chat_template_kwargs",
+    }
     logger.info("Generating with transformers (vLLM %s).", "unused" if vllm_available() else "unavailable")
     return TransformersBackend(model_name_or_path, **{k: v for k, v in kwargs.items() if k in accepted})

@@ -44,8 +44,15 @@ PLOT_FILE = "passk.png"
 
 # Settings that change the samples: a resumed run must agree on them.
 _SAMPLE_DEFINING_FIELDS = (
-    "model_name_or_path", "adapter_path", "num_samples", "temperature", "top_p", "seed", "max_new_tokens",
-    "prompt_template", "toy_seed",
+    "model_name_or_path",
+    "adapter_path",
+    "num_samples",
+    "temperature",
+    "top_p",
+    "seed",
+    "max_new_tokens",
+    "prompt_template",
+    "toy_seed",
 )
 
 
@@ -61,23 +68,35 @@ class EvalArguments:
     )
     benchmarks: list[str] = field(
         default_factory=lambda: ["toy"],
-        metadata={"help": f"Benchmark names ({', '.join(known_benchmarks())}) or local jsonl/parquet/csv files."},
+        metadata={
+            "help": f"Benchmark names ({', '.join(known_benchmarks())}) or local jsonl/parquet/csv files."
+        },
     )
     adapter_path: str | None = field(default=None, metadata={"help": "Optional PEFT/LoRA adapter folder."})
     tokenizer_name_or_path: str | None = field(
         default=None, metadata={"help": "Tokenizer (default: the adapter's if it has one, else the model's)."}
     )
-    label: str | None = field(default=None, metadata={"help": "Model name in plots and tables (default: folder name)."})
-    num_samples: int = field(default=8, metadata={"help": "Samples per problem, n (the MEDS paper uses 128)."})
+    label: str | None = field(
+        default=None, metadata={"help": "Model name in plots and tables (default: folder name)."}
+    )
+    num_samples: int = field(
+        default=8, metadata={"help": "Samples per problem, n (the MEDS paper uses 128)."}
+    )
     k_values: list[int] | None = field(
         default=None, metadata={"help": "Budgets k to report (default: powers of two up to n, and n)."}
     )
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (paper: 1.0; 0 = greedy)."})
+    temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature (paper: 1.0; 0 = greedy)."}
+    )
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling top-p (paper: 1.0)."})
-    seed: int = field(default=0, metadata={"help": "Base seed; each problem's seed derives from it (paper: 0)."})
+    seed: int = field(
+        default=0, metadata={"help": "Base seed; each problem's seed derives from it (paper: 0)."}
+    )
     max_new_tokens: int | None = field(
         default=None,
-        metadata={"help": "Completion token limit (default: 96 when only the toy benchmark runs, else 3072)."},
+        metadata={
+            "help": "Completion token limit (default: 96 when only the toy benchmark runs, else 3072)."
+        },
     )
     prompt_template: str = field(
         default="qwen_math",
@@ -87,18 +106,29 @@ class EvalArguments:
         },
     )
     chat_template_kwargs: str | None = field(
-        default=None, metadata={"help": 'JSON dict for apply_chat_template, e.g. \'{"enable_thinking": false}\'.'}
+        default=None,
+        metadata={"help": "JSON dict for apply_chat_template, e.g. '{\"enable_thinking\": false}'."},
     )
-    problem_column: str | None = field(default=None, metadata={"help": "Problem column (local files / overrides)."})
-    answer_column: str | None = field(default=None, metadata={"help": "Answer column (local files / overrides)."})
-    id_column: str | None = field(default=None, metadata={"help": "Problem id column (default: hash of the problem)."})
-    max_problems: int | None = field(default=None, metadata={"help": "Only the first N problems of each benchmark."})
+    problem_column: str | None = field(
+        default=None, metadata={"help": "Problem column (local files / overrides)."}
+    )
+    answer_column: str | None = field(
+        default=None, metadata={"help": "Answer column (local files / overrides)."}
+    )
+    id_column: str | None = field(
+        default=None, metadata={"help": "Problem id column (default: hash of the problem)."}
+    )
+    max_problems: int | None = field(
+        default=None, metadata={"help": "Only the first N problems of each benchmark."}
+    )
     toy_num_problems: int = field(default=200, metadata={"help": "Size of the toy test split."})
     toy_seed: int = field(default=0, metadata={"help": "Seed of the toy test split."})
     backend: str = field(
         default="auto",
-        metadata={"help": "Generation backend: vLLM when importable with a GPU (auto), or transformers.",
-                  "choices": list(BACKENDS)},
+        metadata={
+            "help": "Generation backend: vLLM when importable with a GPU (auto), or transformers.",
+            "choices": list(BACKENDS),
+        },
     )
     batch_size: int = field(default=64, metadata={"help": "transformers: sequences per generate call."})
     dtype: str = field(default="auto", metadata={"help": "Model dtype (auto: bf16 on GPU, fp32 on CPU)."})
@@ -109,7 +139,9 @@ class EvalArguments:
         default=DEFAULT_TIMEOUT_SECONDS, metadata={"help": "Per-answer math-verify timeout in seconds."}
     )
     verify_workers: int = field(default=2, metadata={"help": "math-verify worker processes."})
-    overwrite: bool = field(default=False, metadata={"help": "Discard earlier results in output_dir instead of resuming."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Discard earlier results in output_dir instead of resuming."}
+    )
     compare: list[str] | None = field(
         default=None,
         metadata={"help": "Summary JSON files (or run folders) to plot together instead of evaluating."},
@@ -122,14 +154,18 @@ class EvalArguments:
                 raise ValueError("--compare needs --output_dir for the comparison plot and table.")
             return
         if not self.model_name_or_path:
-            raise ValueError("--model_name_or_path is required (a model folder or Hub id), unless --compare is given.")
+            raise ValueError(
+                "--model_name_or_path is required (a model folder or Hub id), unless --compare is given."
+            )
         if not self.output_dir:
             raise ValueError("--output_dir is required: where samples.jsonl and summary.json go.")
         if not self.benchmarks:
             raise ValueError(f"Give at least one benchmark; known: {known_benchmarks()}.")
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise ValueError(f"num_samples (n) = {self.num_samples!r} must be >= 1: pass@k needs samples.")
-        self.k_values = validate_k_values(self.k_values or default_k_values(self.num_samples), self.num_samples)
+        self.k_values = validate_k_values(
+            self.k_values or default_k_values(self.num_samples), self.num_samples
+        )
         if self.max_new_tokens is None:
             only_toy = all(resolve_benchmark_name(b) == "toy" for b in self.benchmarks)
             self.max_new_tokens = 96 if only_toy else 3072
@@ -139,7 +175,9 @@ class EvalArguments:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}.")
         model_path = Path(self.model_name_or_path)
-        looks_local = model_path.is_absolute() or self.model_name_or_path.startswith(".") or model_path.exists()
+        looks_local = (
+            model_path.is_absolute() or self.model_name_or_path.startswith(".") or model_path.exists()
+        )
         if looks_local and not model_path.exists():
             raise ValueError(f"model_name_or_path={self.model_name_or_path!r} does not exist.")
         if self.adapter_path and not Path(self.adapter_path).exists():
@@ -154,7 +192,9 @@ class EvalArguments:
 
 def problem_seed(seed: int, problem: EvalProblem) -> int:
     """A 31-bit seed for one problem, stable across runs and batchings."""
-    digest = hashlib.blake2b(f"{seed}:{problem.benchmark}:{problem.problem_id}".encode(), digest_size=4).digest()
+    digest = hashlib.blake2b(
+        f"{seed}:{problem.benchmark}:{problem.problem_id}".encode(), digest_size=4
+    ).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
@@ -187,7 +227,9 @@ def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
     if config_path.exists():
         previous = json.loads(config_path.read_text())
         mismatched = {
-            name: (previous.get(name), value) for name, value in current.items() if previous.get(name) != value
+            name: (previous.get(name), value)
+            for name, value in current.items()
+            if previous.get(name) != value
         }
         if mismatched:
             details = ", ".join(f"{name}: {old!r} -> {new!r}" for name, (old, new) in mismatched.items())
@@ -255,34 +297,57 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
     for name in args.benchmarks:
         problems.extend(
             load_benchmark(
-                name, problem_column=args.problem_column, answer_column=args.answer_column, id_column=args.id_column,
-                prompt_template=args.prompt_template, max_problems=args.max_problems,
-                toy_num_problems=args.toy_num_problems, toy_seed=args.toy_seed,
+                name,
+                problem_column=args.problem_column,
+                answer_column=args.answer_column,
+                id_column=args.id_column,
+                prompt_template=args.prompt_template,
+                max_problems=args.max_problems,
+                toy_num_problems=args.toy_num_problems,
+                toy_seed=args.toy_seed,
             )
         )
     completed = read_completed(samples_path, args.num_samples)
     _rewrite_complete(samples_path, completed)  # drop partial problems and corrupt lines before appending
     pending = [p for p in problems if (p.benchmark, p.problem_id) not in completed]
-    logger.info("%d problems, %d already done, %d to generate.", len(problems), len(problems) - len(pending), len(pending))
+    logger.info(
+        "%d problems, %d already done, %d to generate.",
+        len(problems),
+        len(problems) - len(pending),
+        len(pending),
+    )
 
     settings = SamplingSettings(args.num_samples, args.temperature, args.top_p, args.max_new_tokens)
     if pending:
         if backend is None:
             backend = build_backend(
-                args.backend, args.model_name_or_path, adapter_path=args.adapter_path,
-                tokenizer_name_or_path=args.tokenizer_name_or_path, batch_size=args.batch_size, dtype=args.dtype,
-                tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
+                args.backend,
+                args.model_name_or_path,
+                adapter_path=args.adapter_path,
+                tokenizer_name_or_path=args.tokenizer_name_or_path,
+                batch_size=args.batch_size,
+                dtype=args.dtype,
+                tensor_parallel_size=args.tensor_parallel_size,
+                gpu_memory_utilization=args.gpu_memory_utilization,
                 max_model_len=args.max_model_len,
-                chat_template_kwargs=json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None,
+                chat_template_kwargs=json.loads(args.chat_template_kwargs)
+                if args.chat_template_kwargs
+                else None,
             )
         pool = MathVerifyPool(num_workers=args.verify_workers)
         from tqdm.auto import tqdm
 
         step = backend.problems_per_call(args.num_samples)
         try:
-            with samples_path.open("a") as handle, tqdm(
-                total=len(pending) * args.num_samples, desc="pass@k samples", unit="sample", disable=not args.progress
-            ) as progress:
+            with (
+                samples_path.open("a") as handle,
+                tqdm(
+                    total=len(pending) * args.num_samples,
+                    desc="pass@k samples",
+                    unit="sample",
+                    disable=not args.progress,
+                ) as progress,
+            ):
                 for start in range(0, len(pending), step):
                     chunk = pending[start : start + step]
                     samples = backend.generate(
@@ -303,7 +368,9 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         finally:
             pool.close()
             if pool.timeouts or pool.fallbacks:
-                logger.warning("math-verify: %d timeouts, %d thread fallbacks.", pool.timeouts, pool.fallbacks)
+                logger.warning(
+                    "math-verify: %d timeouts, %d thread fallbacks.", pool.timeouts, pool.fallbacks
+                )
 
     wanted = {(p.benchmark, p.problem_id) for p in problems}
     records = [r for key, group in completed.items() if key in wanted for r in group]
@@ -313,9 +380,14 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         "model_name_or_path": args.model_name_or_path,
         "adapter_path": args.adapter_path,
         "settings": {
-            "num_samples": args.num_samples, "k_values": args.k_values, "temperature": args.temperature,
-            "top_p": args.top_p, "seed": args.seed, "max_new_tokens": args.max_new_tokens,
-            "prompt_template": args.prompt_template, "backend": backend.name if backend is not None else None,
+            "num_samples": args.num_samples,
+            "k_values": args.k_values,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "max_new_tokens": args.max_new_tokens,
+            "prompt_template": args.prompt_template,
+            "backend": backend.name if backend is not None else None,
         },
         "benchmarks": benchmarks,
     }
@@ -340,7 +412,9 @@ def load_summary(path: str | Path) -> dict[str, Any]:
     return summary
 
 
-def compare_summaries(paths: Sequence[str | Path], output_dir: str | Path, labels: Sequence[str] | None = None):
+def compare_summaries(
+    paths: Sequence[str | Path], output_dir: str | Path, labels: Sequence[str] | None = None
+):
     """Plot and tabulate several runs together: ``compare_passk.png`` and ``compare_passk.csv``.
 
     Returns the paths of the two files.
@@ -350,7 +424,11 @@ def compare_summaries(paths: Sequence[str | Path], output_dir: str | Path, label
     summaries = [load_summary(p) for p in paths]
     if labels is not None and len(labels) != len(summaries):
         raise ValueError(f"Got {len(labels)} labels for {len(summaries)} summaries.")
-    names = list(labels) if labels is not None else [s.get("model") or Path(p).stem for s, p in zip(summaries, paths)]
+    names = (
+        list(labels)
+        if labels is not None
+        else [s.get("model") or Path(p).stem for s, p in zip(summaries, paths)]
+    )
     # Same label twice (e.g. the same model before and after training under one folder name): disambiguate.
     seen: dict[str, int] = {}
     for index, name in enumerate(names):

@@ -28,12 +28,14 @@ def validate_k_values(k_values: Iterable[int], num_samples: int) -> list[int]:
     """Sorted unique ``k`` values, each in ``[1, num_samples]``; ``ValueError`` naming any other."""
     if num_samples < 1:
         raise ValueError(f"num_samples (n) = {num_samples} must be >= 1: pass@k needs at least one sample.")
-    values = sorted(set(int(k) for k in k_values))
+    values = sorted({int(k) for k in k_values})
     if not values:
         raise ValueError("Give at least one k.")
     bad = [k for k in values if not 1 <= k <= num_samples]
     if bad:
-        raise ValueError(f"k values {bad} are outside [1, n={num_samples}]; pass@k needs k <= n samples per problem.")
+        raise ValueError(
+            f"k values {bad} are outside [1, n={num_samples}]; pass@k needs k <= n samples per problem."
+        )
     return values
 
 
@@ -77,7 +79,9 @@ def summarize_groups(
     return summary
 
 
-def summarize_records(records: Iterable[Mapping[str, Any]], k_values: Sequence[int]) -> dict[str, dict[str, Any]]:
+def summarize_records(
+    records: Iterable[Mapping[str, Any]], k_values: Sequence[int]
+) -> dict[str, dict[str, Any]]:
     """Per-benchmark metrics from per-sample records (the rows of the runner's JSONL).
 
     Each record needs ``benchmark``, ``problem_id``, ``sample_index``, ``correct``, ``extracted`` and
@@ -111,7 +115,9 @@ def average_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, A
     shared_k = set.intersection(*(set(s["pass@k"]) for s in summaries.values()))
     average: dict[str, Any] = {
         "num_benchmarks": len(summaries),
-        "pass@k": {k: float(np.mean([s["pass@k"][k] for s in summaries.values()])) for k in sorted(shared_k, key=int)},
+        "pass@k": {
+            k: float(np.mean([s["pass@k"][k] for s in summaries.values()])) for k in sorted(shared_k, key=int)
+        },
     }
     for key in ("mean@n", "maj@n", "distinct_answers_mean"):
         average[key] = float(np.mean([s[key] for s in summaries.values()]))
@@ -119,7 +125,10 @@ def average_summaries(summaries: Mapping[str, Mapping[str, Any]]) -> dict[str, A
 
 
 def summarize_problems(
-    predictions: Sequence[Sequence[str]], references: Sequence[str], k: Sequence[int] = (1,), timeout: float = 5.0
+    predictions: Sequence[Sequence[str]],
+    references: Sequence[str],
+    k: Sequence[int] = (1,),
+    timeout: float = 5.0,
 ) -> dict[str, float]:
     """Score ``n`` completions per problem against the references and return pass@k, mean@n and maj@n.
 

@@ -75,7 +75,9 @@ class MathAnswerReward:
         return [1.0 if check.correct else 0.0 for check in checks]
 
     def __repr__(self) -> str:
-        return f"MathAnswerReward(answer_column={self.answer_column!r}, timeout_seconds={self.timeout_seconds})"
+        return (
+            f"MathAnswerReward(answer_column={self.answer_column!r}, timeout_seconds={self.timeout_seconds})"
+        )
 
 
 class OverlongPenaltyReward:
@@ -116,7 +118,9 @@ class OverlongPenaltyReward:
         exceed = length - (self.max_completion_length - self.buffer_length)
         return min(0.0, -exceed / self.buffer_length * self.penalty_factor)
 
-    def __call__(self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None, **kwargs):
+    def __call__(
+        self, completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None, **kwargs
+    ):
         if completion_ids is None:
             raise ValueError(
                 "OverlongPenaltyReward needs `completion_ids` (token ids per completion), which GRPOTrainer passes; "

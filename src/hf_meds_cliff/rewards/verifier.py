@@ -133,7 +133,9 @@ class _Worker:
     def __init__(self):
         package_root = str(Path(__file__).resolve().parents[2])  # so the child imports this very package
         environment = dict(os.environ)
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, environment.get("PYTHONPATH")]))
+        environment["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [package_root, environment.get("PYTHONPATH")])
+        )
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hf_meds_cliff.rewards._verify_worker"],
             stdin=subprocess.PIPE,
@@ -198,7 +200,9 @@ class MathVerifyPool:
             if not self._workers[slot].wait_ready(_WORKER_START_TIMEOUT_SECONDS):
                 self._workers[slot].kill()
                 self._workers[slot] = None
-                raise RuntimeError(f"a math-verify worker did not start within {_WORKER_START_TIMEOUT_SECONDS:.0f} s")
+                raise RuntimeError(
+                    f"a math-verify worker did not start within {_WORKER_START_TIMEOUT_SECONDS:.0f} s"
+                )
 
     def _replace(self, slot: int) -> None:
         worker = self._workers[slot]
@@ -224,7 +228,9 @@ class MathVerifyPool:
                 try:
                     self._start(range(min(self.num_workers, len(pairs))))
                 except (OSError, RuntimeError) as error:
-                    logger.warning("math-verify workers unavailable (%s); verifying in threads instead.", error)
+                    logger.warning(
+                        "math-verify workers unavailable (%s); verifying in threads instead.", error
+                    )
                     self._processes_unavailable = True
             if self._processes_unavailable:
                 return [self._verify_in_thread(pair, timeout) for pair in pairs]
@@ -257,7 +263,9 @@ class MathVerifyPool:
                     try:
                         self._start([slot])
                     except (OSError, RuntimeError) as error:
-                        logger.warning("Could not restart a math-verify worker (%s); verifying in threads.", error)
+                        logger.warning(
+                            "Could not restart a math-verify worker (%s); verifying in threads.", error
+                        )
                         self._processes_unavailable = True
                         while pending:
                             index = pending.popleft()
@@ -324,7 +332,9 @@ def default_pool() -> MathVerifyPool:
 
 def _ground_truth_text(ground_truth: Any) -> str:
     if ground_truth is None or isinstance(ground_truth, bool):
-        raise ValueError(f"ground_truth={ground_truth!r} is not an answer; pass the reference answer as a string.")
+        raise ValueError(
+            f"ground_truth={ground_truth!r} is not an answer; pass the reference answer as a string."
+        )
     if isinstance(ground_truth, (int, float)):
         return str(ground_truth)
     if not isinstance(ground_truth, str):
@@ -367,7 +377,9 @@ def check_answers(
         gold_integer, predicted_integer = parse_integer(gold), parse_integer(extracted)
         if gold_integer is not None and predicted_integer is not None:
             equal = gold_integer == predicted_integer
-            checks[index] = AnswerCheck(correct=equal, extracted=extracted, status="correct" if equal else "wrong")
+            checks[index] = AnswerCheck(
+                correct=equal, extracted=extracted, status="correct" if equal else "wrong"
+            )
         elif normalize_answer(gold) == normalize_answer(extracted):
             checks[index] = AnswerCheck(correct=True, extracted=extracted, status="correct")
         else:
@@ -395,4 +407,3 @@ def check_answer(
     'no_boxed'
     """
     return check_answers([completion], [ground_truth], timeout=timeout)[0]
-

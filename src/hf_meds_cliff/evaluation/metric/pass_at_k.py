@@ -50,7 +50,10 @@ class PassAtK(evaluate.Metric):
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
             features=datasets.Features(
-                {"predictions": datasets.Sequence(datasets.Value("string")), "references": datasets.Value("string")}
+                {
+                    "predictions": datasets.Sequence(datasets.Value("string")),
+                    "references": datasets.Value("string"),
+                }
             ),
             reference_urls=["https://arxiv.org/abs/2107.03374"],
         )
