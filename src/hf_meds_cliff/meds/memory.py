@@ -36,16 +36,21 @@ Semantics follow the reference implementation (``recipe/MEDS/layer_logits_utils.
 
 How the fit is made fast and still exact. With ``min_samples=1`` (paper and default) the
 single-linkage hierarchy is the euclidean minimum spanning tree, and the MST of the old rows plus
-the new ones is the MST of (old MST edges ∪ every edge touching a new row) by the cycle property.
-So a step costs ``O(m · n · d)`` distance evaluations per key (``m`` new rows, ``n`` stored)
-instead of a full HDBSCAN, and the tree is then condensed and its clusters selected by
-``fast_hdbscan``'s own numba routines (``clusters_from_spanning_tree``), i.e. the same partition
-as ``fast_hdbscan``/``hdbscan`` whenever pairwise distances are distinct (ties may change which of
-several equal-weight edges is kept, never the merge heights; cluster *numbers* are arbitrary in
-all three and differ between them). Other ``min_samples`` values, a key just after eviction, and a
-step that brings at least as many rows as are stored (e.g. a key's first step) use an exact dense
-Prim MST over the mutual reachability distances (``O(n² · d)``). Distances are computed from coordinate differences in
-float64, never through ``2 - 2·cos``, so near-duplicate rows keep their order.
+the new ones is the MST of (old MST edges ∪ the edges touching a new row) by the cycle property;
+new edges longer than the longest edge of a known spanning tree cannot enter it and are dropped
+before sorting (see :func:`_extend_spanning_tree`). So a step costs ``O(m · n · d)`` distance
+evaluations per key (``m`` new rows, ``n`` stored) instead of a full HDBSCAN, and the tree is then
+condensed and its clusters selected by ``fast_hdbscan``'s own numba routines
+(``clusters_from_spanning_tree``): the same partition as ``fast_hdbscan``/``hdbscan`` whenever
+pairwise distances are distinct (ties may change which of several equal-weight edges is kept,
+never the merge heights; cluster *numbers* are arbitrary in all three and differ between them).
+Other ``min_samples`` values, a key just after eviction, and a step that brings at least as many
+rows as are stored (e.g. a key's first step) use an exact dense Prim MST over the mutual
+reachability distances (``O(n² · d)``). Distances are computed from coordinate differences in
+float64, never through ``2 - 2·cos``, so near-duplicate rows keep their order. Keys are fitted
+one after another: on 2 shared cores neither a thread pool (the ``fast_hdbscan`` routines hold
+the GIL) nor one numba-parallel call over all keys was faster (``benchmarks/bench_clustering.py``
+gives the step time).
 
 Eviction (``max_rows_per_key``, default ``None`` = unbounded as in the paper) drops the oldest
 rows of a key *after* appending and *before* the refit, so the stored labels always describe
@@ -409,6 +414,19 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def _write_atomically(path: Path, write) -> None:
+    """Call ``write(binary file)`` on a temporary file next to ``path``, then rename it to ``path``."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            write(handle)
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600; checkpoints are usually shared read-only
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
 class _KeyMemory:
     """Stored rows of one key: features (n, d), row ids (n,), labels (n,) and the MST of the last
     fit ((n - 1, 3), or None when it must be rebuilt densely)."""
@@ -759,12 +777,10 @@ class ErrorMemory:
             "num_updates": self._num_updates,
             "keys": [_encode_key(key) for key in self._entries],
         }
-        with tempfile.NamedTemporaryFile(dir=directory, suffix=".npz", delete=False) as handle:
-            np.savez(handle, **arrays)
-        os.replace(handle.name, directory / MEMORY_NPZ_NAME)
-        with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".json", delete=False) as handle:
-            json.dump(header, handle, indent=1)
-        os.replace(handle.name, directory / MEMORY_JSON_NAME)
+        _write_atomically(directory / MEMORY_NPZ_NAME, lambda handle: np.savez(handle, **arrays))
+        _write_atomically(
+            directory / MEMORY_JSON_NAME, lambda handle: handle.write(json.dumps(header, indent=1).encode())
+        )
         logger.debug("Saved MEDS memory (%d rows, %d keys) to %s", self.num_rows, self.num_keys, directory)
         return directory
 
