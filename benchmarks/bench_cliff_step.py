@@ -33,30 +33,30 @@ def build(method: str, policy: str, output_dir: str, args: argparse.Namespace):
     from hf_meds_cliff.rewards import MathAnswerReward
     from hf_meds_cliff.toy import make_toy_dataset
 
-    settings = dict(
-        output_dir=output_dir,
-        max_steps=args.steps,
-        per_device_train_batch_size=args.batch,
-        num_generations=args.num_generations,
-        max_completion_length=64,
-        temperature=1.0,
-        learning_rate=1e-4,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        seed=0,
-    )
+    settings = {
+        "output_dir": output_dir,
+        "max_steps": args.steps,
+        "per_device_train_batch_size": args.batch,
+        "num_generations": args.num_generations,
+        "max_completion_length": 64,
+        "temperature": 1.0,
+        "learning_rate": 1e-4,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "bf16": False,
+        "use_cpu": True,
+        "gradient_checkpointing": False,
+        "seed": 0,
+    }
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
-    common = dict(
-        model=AutoModelForCausalLM.from_pretrained(policy),
-        reward_funcs=[MathAnswerReward()],
-        train_dataset=make_toy_dataset("train", 1024, seed=0),
-        processing_class=tokenizer,
-    )
+    common = {
+        "model": AutoModelForCausalLM.from_pretrained(policy),
+        "reward_funcs": [MathAnswerReward()],
+        "train_dataset": make_toy_dataset("train", 1024, seed=0),
+        "processing_class": tokenizer,
+    }
     if method == "grpo":
         return GRPOTrainer(args=GRPOConfig(**settings), **common)
     return CliffGRPOTrainer(args=CliffConfig(**settings, cliff_teacher="rule"), **common)
@@ -78,12 +78,18 @@ def run_once(method: str, policy: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=32, help="rollouts per step (per_device_train_batch_size)")
+    parser.add_argument(
+        "--batch", type=int, default=32, help="rollouts per step (per_device_train_batch_size)"
+    )
     parser.add_argument("--num_generations", type=int, default=8)
-    parser.add_argument("--policy", default=None, help="policy folder (default: the cached warmed-up toy policy)")
+    parser.add_argument(
+        "--policy", default=None, help="policy folder (default: the cached warmed-up toy policy)"
+    )
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step of each run is not timed)")
@@ -105,8 +111,12 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, policy {policy}")
     print(f"setup: {args.batch} rollouts/step ({args.batch // args.num_generations} prompts x {args.num_generations}),"
           f" {args.steps} steps x {args.repeats} repeats, medians over steps 2..{args.steps}")  # fmt: skip
-    print(f"GRPO  step time: median {grpo:.3f} s  (n={len(grpo_steps)}, min {min(grpo_steps):.3f}, max {max(grpo_steps):.3f})")
-    print(f"Cliff step time: median {cliff:.3f} s  (n={len(cliff_steps)}, min {min(cliff_steps):.3f}, max {max(cliff_steps):.3f})")
+    print(
+        f"GRPO  step time: median {grpo:.3f} s  (n={len(grpo_steps)}, min {min(grpo_steps):.3f}, max {max(grpo_steps):.3f})"
+    )
+    print(
+        f"Cliff step time: median {cliff:.3f} s  (n={len(cliff_steps)}, min {min(cliff_steps):.3f}, max {max(cliff_steps):.3f})"
+    )
     print(f"Cliff protocol (judge_wall_time): median {statistics.median(judge) * 1000:.1f} ms per step, "
           f"{sum(r['judge_calls'] for r in results['cliff']):.0f} judge calls in all runs")  # fmt: skip
     print(f"ratio Cliff / GRPO step time: {cliff / grpo:.3f}")

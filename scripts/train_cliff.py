@@ -39,7 +39,9 @@ class TeacherArguments:
 
     teacher_base_url: str | None = field(
         default=None,
-        metadata={"help": "Base URL of an OpenAI-compatible teacher, e.g. http://localhost:8001/v1 (`vllm serve`)."},
+        metadata={
+            "help": "Base URL of an OpenAI-compatible teacher, e.g. http://localhost:8001/v1 (`vllm serve`)."
+        },
     )
     teacher_model: str | None = field(
         default=None, metadata={"help": "Model name the teacher endpoint serves, e.g. Qwen/Qwen3-32B."}
@@ -71,7 +73,9 @@ def main(script_args, training_args, model_args, teacher_args=None):
 
 
 def parse_args(argv=None):
-    return parse_script_args(CliffConfig, "cliff", argv=argv if argv is not None else sys.argv[1:], extra=[TeacherArguments])
+    return parse_script_args(
+        CliffConfig, "cliff", argv=argv if argv is not None else sys.argv[1:], extra=[TeacherArguments]
+    )
 
 
 if __name__ == "__main__":

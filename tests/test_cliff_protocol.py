@@ -77,8 +77,8 @@ def verify(solution, ground_truth):
 
 def make_rows(groups, truncated=()):
     """``groups``: list of (problem, ground truth, [completion, ...]); correctness = verify(completion, gt)."""
-    rows = dict(prompt_keys=[], problems=[], ground_truths=[], completions=[], is_correct=[], is_truncated=[],
-                group_ids=[])  # fmt: skip
+    rows = {"prompt_keys": [], "problems": [], "ground_truths": [], "completions": [], "is_correct": [], "is_truncated": [],
+                "group_ids": []}  # fmt: skip
     for group, (problem, truth, completions) in enumerate(groups):
         for text in completions:
             index = len(rows["completions"])
@@ -159,7 +159,9 @@ def test_truncated_rollout_gets_zero_without_a_call(judge_factory):
 
 def test_group_with_only_truncated_wrong_rollouts_needs_no_teacher(judge_factory):
     teacher = ScriptedTeacher({}, {})
-    outcome = judge_factory(teacher).process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])], truncated={1}))
+    outcome = judge_factory(teacher).process_step(
+        make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])], truncated={1})
+    )
     assert outcome.group_modes == [GROUP_CLIFF] * 2
     assert outcome.first_mistake == [None, 0]
     assert teacher.solve_calls == [] and teacher.judge_calls == []
@@ -167,7 +169,9 @@ def test_group_with_only_truncated_wrong_rollouts_needs_no_teacher(judge_factory
 
 def test_teacher_says_no_mistake_is_a_disagreement_with_zero(judge_factory):
     teacher = ScriptedTeacher({PROBLEM: RIGHT}, {WRONG_AT_1: NO_MISTAKE, WRONG_AT_2: ok(2)})
-    outcome = judge_factory(teacher).process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1, WRONG_AT_2])]))
+    outcome = judge_factory(teacher).process_step(
+        make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1, WRONG_AT_2])])
+    )
     assert outcome.group_modes == [GROUP_CLIFF] * 3
     assert outcome.first_mistake == [None, 0, 2]
     assert outcome.sentence_spans[1] == []  # not located
@@ -176,9 +180,7 @@ def test_teacher_says_no_mistake_is_a_disagreement_with_zero(judge_factory):
 
 def test_endpoint_failure_falls_back_only_that_group(judge_factory):
     other_wrong = WRONG_AT_2.replace("2 + 3", "2 + 3 ")
-    teacher = ScriptedTeacher(
-        {PROBLEM: RIGHT, "p2": RIGHT}, {WRONG_AT_1: TIMEOUT, other_wrong: ok(2)}
-    )
+    teacher = ScriptedTeacher({PROBLEM: RIGHT, "p2": RIGHT}, {WRONG_AT_1: TIMEOUT, other_wrong: ok(2)})
     rows = make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1]), ("p2", "9", [RIGHT, other_wrong])])
     outcome = judge_factory(teacher).process_step(rows)
     assert outcome.group_modes == [GROUP_FALLBACK_ENDPOINT] * 2 + [GROUP_CLIFF] * 2

@@ -13,13 +13,16 @@ import pytest
 import torch
 
 from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
+from hf_meds_cliff.script_utils import toy_recipe_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = {"bf16": False, "use_cpu": True, "report_to": []}
 
 
 def load_driver():
-    spec = importlib.util.spec_from_file_location("cliff_driver", ROOT / "tests" / "multiproc" / "cliff_driver.py")
+    spec = importlib.util.spec_from_file_location(
+        "cliff_driver", ROOT / "tests" / "multiproc" / "cliff_driver.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -65,8 +68,13 @@ def test_trainer_rejects_plain_grpo_config_and_bad_reward_index(tmp_path):
 def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path):
     """Deterministic rollouts: exact token advantages, metrics, parameter change, cache save + resume."""
     driver = load_driver()
-    scripted = {"num_prompts": 3, "shuffle_dataset": False}  # the same 3 prompts, in the same order, every step
-    trainer = driver.build_trainer(str(tmp_path), 12, steps=2, save_strategy="steps", save_steps=1, **scripted)
+    scripted = {
+        "num_prompts": 3,
+        "shuffle_dataset": False,
+    }  # the same 3 prompts, in the same order, every step
+    trainer = driver.build_trainer(
+        str(tmp_path), 12, steps=2, save_strategy="steps", save_steps=1, **scripted
+    )
     initial = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
     trainer.train()
 
@@ -103,6 +111,77 @@ def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path)
     assert resumed_logs[-1]["cliff/judgment_cache_hits"] == 4.0
 
 
+class ToyTeacherResponder:
+    """Loopback OpenAI-compatible endpoint that solves and judges toy problems exactly (or fails on judging)."""
+
+    def __init__(self, driver, judge_status: int = 200):
+        self.driver = driver
+        self.judge_status = judge_status
+
+    def __call__(self, body, index):
+        from hf_meds_cliff.cliff.teachers.loopback import Reply
+
+        messages = body["messages"]
+        if messages[0]["role"] != "system":  # a solve request: the problem is the first line
+            question = messages[0]["content"].splitlines()[0]
+            return Reply(content=self.driver.parse_question(question).solution)
+        if self.judge_status != 200:
+            return Reply(status=self.judge_status, content="overloaded")
+        user = messages[-1]["content"]
+        question = user.split("## Problem\n")[1].split("\n")[0]
+        numbered = user.split("numbered from 0)\n")[1].split("\n\n")[0].splitlines()
+        sentences = [line.split("] ", 1)[1] for line in numbered]
+        mistake = self.driver.first_wrong_sentence(question, sentences)
+        verdict = json.dumps(
+            {"final_answer_correct": mistake is None, "first_mistake": -1 if mistake is None else mistake}
+        )
+        return Reply(content=f"I recomputed every step.\n{verdict}")
+
+
+@pytest.mark.slow
+def test_http_teacher_gives_the_same_advantages_and_a_dead_judge_falls_back(tmp_path):
+    """The trainer with an OpenAI-compatible teacher on loopback matches the in-process teacher; HTTP 500s on
+    every judge call make those groups plain GRPO and the run goes on."""
+    from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
+    from hf_meds_cliff.cliff.teachers.loopback import LoopbackChatServer
+
+    driver = load_driver()
+    reference = driver.build_trainer(str(tmp_path / "reference"), 12, steps=1)
+    reference.train()
+    reference.close_teacher()
+
+    results = {}
+    for status in (200, 500):
+        with LoopbackChatServer(ToyTeacherResponder(driver, judge_status=status)) as server:
+            teacher = OpenAICompatibleTeacher(
+                server.base_url, "loopback", max_retries=1, backoff_base=0.01, timeout=10
+            )
+            trainer = driver.build_trainer(str(tmp_path / str(status)), 12, steps=1, teacher=teacher)
+            trainer.train()
+            trainer.close_teacher()
+        results[status] = trainer
+
+    torch.testing.assert_close(results[200].recorded[0], reference.recorded[0], rtol=0, atol=0)
+    log = next(r for r in results[200].state.log_history if "cliff/judge_calls" in r)
+    assert (log["cliff/groups_cliff"], log["cliff/judge_calls"], log["cliff/teacher/requests"]) == (
+        2.0,
+        4.0,
+        6.0,
+    )
+
+    failed = next(r for r in results[500].state.log_history if "cliff/judge_calls" in r)
+    assert failed["cliff/groups_fallback_endpoint"] == 2.0 and failed["cliff/groups_cliff"] == 0.0
+    assert failed["cliff/judge_failures/http_error"] == 4.0
+    assert failed["cliff/teacher/retries"] == 4.0
+    assert any("loss" in r for r in results[500].state.log_history)
+    # Fallen-back groups keep TRL's sequence-level advantage on every token.
+    advantages = results[500].recorded[0]
+    mask = advantages != 0
+    for row in range(8):
+        values = advantages[row][mask[row]]
+        assert torch.allclose(values, values[0].expand_as(values))
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_run_equals_one_process_run(tmp_path):
@@ -115,7 +194,7 @@ def test_two_process_run_equals_one_process_run(tmp_path):
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29617",
         str(ROOT / "tests" / "multiproc" / "cliff_driver.py"), "--output", str(output), "--per_device_batch", "6",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400, check=False)
     assert completed.returncode == 0, completed.stderr[-4000:]
     double = torch.load(output, weights_only=False)
 
@@ -126,8 +205,14 @@ def test_two_process_run_equals_one_process_run(tmp_path):
         assert torch.count_nonzero(one) > 0
     for name, value in single["parameters"].items():
         torch.testing.assert_close(value, double["parameters"][name], rtol=1e-4, atol=1e-6)
-    cliff_single = [{k: v for k, v in r.items() if k.startswith("cliff/") and "wall" not in k} for r in single["log_history"]]
-    cliff_double = [{k: v for k, v in r.items() if k.startswith("cliff/") and "wall" not in k} for r in double["log_history"]]
+    cliff_single = [
+        {k: v for k, v in r.items() if k.startswith("cliff/") and "wall" not in k}
+        for r in single["log_history"]
+    ]
+    cliff_double = [
+        {k: v for k, v in r.items() if k.startswith("cliff/") and "wall" not in k}
+        for r in double["log_history"]
+    ]
     assert cliff_single == cliff_double
 
 
@@ -141,7 +226,7 @@ def load_script():
 
 def test_script_defaults_to_the_toy_world_and_folds_teacher_shorthands():
     script = load_script()
-    script_args, training_args, model_args, teacher_args = script.parse_args([])
+    script_args, training_args, model_args, _ = script.parse_args([])
     assert isinstance(training_args, CliffConfig) and training_args.cliff_teacher == "rule"
     assert script_args.dataset_name == "toy" and model_args.model_name_or_path == "toy"
     assert training_args.use_cpu and not training_args.bf16
@@ -174,6 +259,7 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
     trainer = script.main(
         *script.parse_args(
             [
+                "--config", str(toy_recipe_path("cliff")),
                 "--model_name_or_path", str(toy_policy_path),
                 "--output_dir", str(out),
                 "--max_steps", "2",
@@ -201,7 +287,9 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
                 split_rows += 1
     assert split_rows > 0, "no wrong rollout with a located mistake after its first sentence"
     initial = AutoModelForCausalLM.from_pretrained(toy_policy_path).state_dict()
-    assert any(not torch.equal(v.cpu(), initial[k]) for k, v in trainer.model.state_dict().items() if k in initial)
+    assert any(
+        not torch.equal(v.cpu(), initial[k]) for k, v in trainer.model.state_dict().items() if k in initial
+    )
     assert (out / "model.safetensors").is_file()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("cliff/judge_calls" in record for record in metrics)

@@ -56,7 +56,9 @@ def rollout_func(prompts, trainer):
     for index, prompt in enumerate(prompts):
         problem = parse_question(problem_text(prompt))
         text = scripted_completion(problem, offset + index)
-        prompt_ids.append(list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True)["input_ids"]))
+        prompt_ids.append(
+            list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True)["input_ids"])
+        )
         completion_ids.append(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id])
     return {
         "prompt_ids": prompt_ids,
@@ -71,8 +73,23 @@ def exact_answer_reward(completions, answer, **kwargs):
     return [1.0 if f and f[-1] == str(a) else 0.0 for f, a in zip(found, answer)]
 
 
+def first_wrong_sentence(question: str, sentences) -> int | None:
+    """Index of the first sentence whose step is wrong or not chained to the previous result; None if none."""
+    value = parse_question(question).first_operand
+    for index, sentence in enumerate(sentences):
+        match = STEP.match(sentence)
+        if match is None:
+            continue
+        left, op, right, result = int(match[1]), match[2], int(match[3]), int(match[4])
+        expected = {"+": left + right, "-": left - right, "*": left * right}[op]
+        if left != value or result != expected:
+            return index
+        value = result
+    return None
+
+
 class ArithmeticTeacher:
-    """Exact checker of toy arithmetic chains: the first sentence whose step is wrong or not chained."""
+    """Exact checker of toy arithmetic chains (a test double independent of the toy world's own checker)."""
 
     name = "arithmetic"
 
@@ -80,17 +97,8 @@ class ArithmeticTeacher:
         return parse_question(problem).solution
 
     async def judge(self, problem, reference, sentences):
-        value = parse_question(problem).first_operand
-        for index, sentence in enumerate(sentences):
-            match = STEP.match(sentence)
-            if match is None:
-                continue
-            left, op, right, result = int(match[1]), match[2], int(match[3]), int(match[4])
-            expected = {"+": left + right, "-": left - right, "*": left * right}[op]
-            if left != value or result != expected:
-                return Judgment(first_mistake=index, verdict_correct=False, status="ok")
-            value = result
-        return Judgment(first_mistake=None, verdict_correct=True, status="ok")
+        mistake = first_wrong_sentence(problem, sentences)
+        return Judgment(first_mistake=mistake, verdict_correct=mistake is None, status="ok")
 
     async def aclose(self):
         pass
@@ -111,29 +119,36 @@ class RecordingCliffTrainer(CliffGRPOTrainer):
         return output
 
 
-def build_trainer(output_dir: str, per_device_batch: int, steps: int = 2, num_prompts: int = 32, **config_overrides):
+def build_trainer(
+    output_dir: str,
+    per_device_batch: int,
+    steps: int = 2,
+    num_prompts: int = 32,
+    teacher=None,
+    **config_overrides,
+):
     """A Cliff trainer on scripted rollouts (SGD, so that 1- and 2-process runs match to float precision)."""
     tokenizer = build_toy_tokenizer()
     model = build_toy_model(tokenizer, seed=0)
     dataset = make_toy_dataset("train", num_prompts, seed=0)
-    settings = dict(
-        output_dir=output_dir,
-        per_device_train_batch_size=per_device_batch,
-        num_generations=NUM_GENERATIONS,
-        max_completion_length=64,
-        max_steps=steps,
-        optim="sgd",
-        learning_rate=0.5,
-        lr_scheduler_type="constant",
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        bf16=False,
-        use_cpu=True,
-        gradient_checkpointing=False,
-        seed=0,
-        cliff_teacher="rule",
-    )
+    settings = {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": per_device_batch,
+        "num_generations": NUM_GENERATIONS,
+        "max_completion_length": 64,
+        "max_steps": steps,
+        "optim": "sgd",
+        "learning_rate": 0.5,
+        "lr_scheduler_type": "constant",
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "bf16": False,
+        "use_cpu": True,
+        "gradient_checkpointing": False,
+        "seed": 0,
+        "cliff_teacher": "rule",
+    }
     settings.update(config_overrides)
     return RecordingCliffTrainer(
         model=model,
@@ -142,7 +157,7 @@ def build_trainer(output_dir: str, per_device_batch: int, steps: int = 2, num_pr
         train_dataset=dataset,
         processing_class=tokenizer,
         rollout_func=rollout_func,
-        teacher=ArithmeticTeacher(),
+        teacher=teacher if teacher is not None else ArithmeticTeacher(),
         reference_verifier=lambda solution, truth: BOXED.findall(solution)[-1:] == [truth],
     )
 

@@ -59,7 +59,9 @@ class CliffConfig(GRPOConfig):
     )
     cliff_teacher_base_url: str | None = field(
         default=None,
-        metadata={"help": "Base URL of the OpenAI-compatible teacher, e.g. 'http://127.0.0.1:8000/v1'. Needed for 'http'."},
+        metadata={
+            "help": "Base URL of the OpenAI-compatible teacher, e.g. 'http://127.0.0.1:8000/v1'. Needed for 'http'."
+        },
     )
     cliff_teacher_model: str | None = field(
         default=None,
@@ -84,11 +86,15 @@ class CliffConfig(GRPOConfig):
     )
     cliff_teacher_max_retries: int = field(
         default=2,
-        metadata={"help": "Retries (with exponential backoff) of a failed teacher request before it counts as failed."},
+        metadata={
+            "help": "Retries (with exponential backoff) of a failed teacher request before it counts as failed."
+        },
     )
     cliff_teacher_temperature: float = field(
         default=0.6,
-        metadata={"help": "Sampling temperature of the teacher for solving and judging (the paper uses 0.6)."},
+        metadata={
+            "help": "Sampling temperature of the teacher for solving and judging (the paper uses 0.6)."
+        },
     )
     cliff_teacher_max_tokens: int = field(
         default=4096,
@@ -108,7 +114,9 @@ class CliffConfig(GRPOConfig):
     )
     cliff_judgment_cache: bool = field(
         default=True,
-        metadata={"help": "Cache judgments per (prompt, completion) so a repeated rollout is not judged twice."},
+        metadata={
+            "help": "Cache judgments per (prompt, completion) so a repeated rollout is not judged twice."
+        },
     )
     cliff_self_consistency: int = field(
         default=1,
@@ -139,7 +147,9 @@ class CliffConfig(GRPOConfig):
     )
     cliff_answer_column: str = field(
         default="answer",
-        metadata={"help": "Dataset column holding the ground-truth answer used to verify the teacher's reference."},
+        metadata={
+            "help": "Dataset column holding the ground-truth answer used to verify the teacher's reference."
+        },
     )
 
     def __post_init__(self):

@@ -128,7 +128,9 @@ def problem_text(prompt: Any) -> str:
                     return content
                 # multimodal content blocks: keep the text parts
                 return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    raise TypeError(f"Cannot find the problem text in prompt {prompt!r:.120}; expected a string or chat messages.")
+    raise TypeError(
+        f"Cannot find the problem text in prompt {prompt!r:.120}; expected a string or chat messages."
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -278,7 +280,11 @@ class CliffJudge:
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable caches (saved with every checkpoint)."""
-        return {"version": STATE_VERSION, "references": dict(self.references), "judgments": dict(self.judgments)}
+        return {
+            "version": STATE_VERSION,
+            "references": dict(self.references),
+            "judgments": dict(self.judgments),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
@@ -310,7 +316,7 @@ class CliffJudge:
     async def _solve(self, problem: str, ground_truth: str | None) -> dict[str, Any]:
         try:
             solution = await self.teacher.solve(problem)
-        except Exception as error:  # a Teacher should not raise; count it instead of stopping training
+        except Exception as error:  # noqa: BLE001 -- a Teacher should not raise; count it, keep training
             logger.warning("Teacher.solve raised %s: %s", type(error).__name__, error)
             return {"solution": None, "verified": False, "status": "error"}
         if solution is None:
@@ -321,7 +327,7 @@ class CliffJudge:
             return {"solution": solution, "verified": False, "status": "no_ground_truth"}
         try:
             verified = bool(self.verify(solution, ground_truth))
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 -- a verifier crash must not stop training
             logger.warning("Verifying the teacher's solution raised %s: %s", type(error).__name__, error)
             return {"solution": solution, "verified": False, "status": "verify_error"}
         return {"solution": solution, "verified": verified, "status": "verified" if verified else "wrong"}
@@ -329,13 +335,17 @@ class CliffJudge:
     async def _judge(self, problem: str, reference: str, sentences: list[str]) -> dict[str, Any]:
         try:
             judgment = await self.teacher.judge(problem, reference, sentences)
-        except Exception as error:  # the protocol says judge never raises; keep training alive if one does
+        except Exception as error:  # noqa: BLE001 -- judge never raises by contract; keep training alive
             logger.warning("Teacher.judge raised %s: %s", type(error).__name__, error)
             judgment = Judgment(first_mistake=None, verdict_correct=None, status="error", raw=repr(error))
         first_mistake = judgment.first_mistake
         if first_mistake is not None and not 0 <= first_mistake < len(sentences):
             return {"first_mistake": None, "status": "out_of_range", "endpoint_failure": False}
-        return {"first_mistake": first_mistake, "status": judgment.status, "endpoint_failure": is_endpoint_failure(judgment)}
+        return {
+            "first_mistake": first_mistake,
+            "status": judgment.status,
+            "endpoint_failure": is_endpoint_failure(judgment),
+        }
 
     def _sharded_calls(
         self, calls: list[Callable[[], Coroutine]], rank: int, world_size: int, gather: Callable[[list], list]
@@ -426,7 +436,10 @@ class CliffJudge:
             to_solve.append(key)
         problem_of = {rows.prompt_keys[i]: rows.problems[i] for i in range(n)}
         solve_results = self._sharded_calls(
-            [partial(self._solve, problem_of[key], ground_truth_of[key]) for key in to_solve], rank, world_size, gather
+            [partial(self._solve, problem_of[key], ground_truth_of[key]) for key in to_solve],
+            rank,
+            world_size,
+            gather,
         )
         counters["solve_calls"] += len(to_solve)
         for key, result in zip(to_solve, solve_results):
@@ -464,7 +477,8 @@ class CliffJudge:
             sentences = [rows.completions[i][start:end] for start, end in row_sentences[i]]
             reference = references[rows.prompt_keys[i]]
             calls.extend(
-                partial(self._judge, rows.problems[i], reference, sentences) for _ in range(self.self_consistency)
+                partial(self._judge, rows.problems[i], reference, sentences)
+                for _ in range(self.self_consistency)
             )
         judge_results = self._sharded_calls(calls, rank, world_size, gather)
         counters["judge_calls"] += len(calls)
@@ -533,7 +547,11 @@ class CliffJudge:
                 counters["groups_skipped"] += 1
         values["judge_wall_time"] = [time.perf_counter() - started]
         return StepOutcome(
-            group_modes=group_modes, first_mistake=first_mistake, sentence_spans=spans, counters=counters, values=values
+            group_modes=group_modes,
+            first_mistake=first_mistake,
+            sentence_spans=spans,
+            counters=counters,
+            values=values,
         )
 
 

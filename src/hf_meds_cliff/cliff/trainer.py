@@ -9,7 +9,7 @@ import os
 import textwrap
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import gather_object
@@ -61,7 +61,8 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
     Metrics (under ``cliff/``, identical on every process): ``groups_cliff``, ``groups_skipped``,
     ``groups_fallback_unverified``, ``groups_fallback_endpoint`` (groups per step), ``solve_calls``,
     ``judge_calls``, ``reference_cache_hits``, ``judgment_cache_hits``, ``truncated``, ``judge_failures/<kind>``,
-    ``solve_failures/<kind>``, ``agreement`` (teacher–verifier agreement on judged incorrect rollouts),
+    ``solve_failures/<kind>``, ``teacher/<counter>`` (the teacher's own counts summed over processes: requests,
+    retries, ``failures/<kind>`` including endpoint failures of ``solve``), ``agreement`` (teacher–verifier agreement on judged incorrect rollouts),
     ``disagreements``, ``first_mistake_sentence``, ``first_mistake_sentence_fraction``, ``prefix_fraction`` (share
     of the rollout's tokens before its first mistake), ``judge_wall_time`` (seconds), ``self_consistency_agreement``.
 
@@ -69,10 +70,10 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
     uses ``completion_mask`` after TRL's ``mask_truncated_completions``.
     """
 
-    _tag_names = ["trl", "grpo", "cliff", "hf-meds-cliff"]
+    _tag_names: ClassVar[list[str]] = ["trl", "grpo", "cliff", "hf-meds-cliff"]
     _name = "Cliff"
     _config_prefix = "cliff_"
-    _paper = {
+    _paper: ClassVar[dict[str, str]] = {
         "title": "Cliff: Learning Process Rewards from the First Mistake",
         "id": "cliff-2026",
         # docstyle-ignore
@@ -123,6 +124,7 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         )
         self._cliff_pending: tuple | None = None
         self._cliff_failure_keys: set[str] = set()
+        self._teacher_counters_seen: Counter = Counter()
         self.cliff_last_outcome: StepOutcome | None = None
 
     # -- recording the step ----------------------------------------------------------------------------------------
@@ -148,7 +150,9 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
 
     # -- the Cliff step ---------------------------------------------------------------------------------------------
 
-    def _cliff_advantages(self, output, inputs, prompts, completion_ids_list, rewards_per_func) -> torch.Tensor:
+    def _cliff_advantages(
+        self, output, inputs, prompts, completion_ids_list, rewards_per_func
+    ) -> torch.Tensor:
         """(B_local, T) token advantages for this process's rows (see the class docstring)."""
         args: CliffConfig = self.args
         accelerator = self.accelerator
@@ -158,14 +162,23 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
 
         # Per-sequence advantages, correctness and truncation of every row of the step (groups can span processes).
         sequence_advantages = accelerator.gather(output["advantages"]).float()
-        correctness = torch.nan_to_num(rewards_per_func[:, args.cliff_correctness_reward_index], nan=-math.inf)
+        correctness = torch.nan_to_num(
+            rewards_per_func[:, args.cliff_correctness_reward_index], nan=-math.inf
+        )
         is_correct = correctness >= args.cliff_correctness_threshold
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         local_rows = [
-            (key, problem_text(prompt), _ground_truth(row.get(args.cliff_answer_column)), text,
-             bool(len(ids)) and ids[-1] not in eos_and_pad)
-            for key, prompt, row, text, ids in zip(prompt_keys(prompts), prompts, inputs, texts, completion_ids_list)
+            (
+                key,
+                problem_text(prompt),
+                _ground_truth(row.get(args.cliff_answer_column)),
+                text,
+                bool(len(ids)) and ids[-1] not in eos_and_pad,
+            )
+            for key, prompt, row, text, ids in zip(
+                prompt_keys(prompts), prompts, inputs, texts, completion_ids_list
+            )
         ]
         all_rows = gather_object(local_rows) if world_size > 1 else local_rows
         global_count = len(all_rows)
@@ -181,6 +194,7 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         )
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
+        teacher_counts = self._teacher_counter_deltas(world_size)
 
         # Sentence index -> token index for this process's rows; then all rows, for the group baselines.
         local = slice(rank * local_count, (rank + 1) * local_count)
@@ -191,7 +205,9 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         completion_mask = output["completion_mask"]
         if world_size > 1:
             suffix_start = accelerator.gather(suffix_start)
-            completion_mask = accelerator.gather(accelerator.pad_across_processes(completion_mask, dim=1, pad_index=0))
+            completion_mask = accelerator.gather(
+                accelerator.pad_across_processes(completion_mask, dim=1, pad_index=0)
+            )
         mask = completion_mask.float()
         token_advantages = cliff_token_advantages(
             sequence_advantages, is_correct, group_ids, suffix_start, mask, lam=float(args.cliff_lam)
@@ -202,33 +218,54 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
 
         located = torch.tensor([bool(spans) for spans in outcome.sentence_spans], device=device)
         lengths = mask.sum(dim=1).clamp(min=1)
-        self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located])
+        self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
 
-    def _log_cliff_metrics(self, outcome: StepOutcome, prefix_fractions: torch.Tensor) -> None:
+    def _teacher_counter_deltas(self, world_size: int) -> Counter:
+        """What the teachers of all processes counted during this step (requests, retries, failures by kind)."""
+        counters = getattr(self.teacher, "counters", None)
+        if not isinstance(counters, dict):
+            return Counter()
+        current = Counter({str(k): float(v) for k, v in counters.items()})
+        delta = Counter({k: v - self._teacher_counters_seen.get(k, 0.0) for k, v in current.items()})
+        self._teacher_counters_seen = current
+        if world_size == 1:
+            return delta
+        total: Counter = Counter()
+        for part in gather_object([dict(delta)]):
+            total.update(part)
+        return total
+
+    def _log_cliff_metrics(
+        self, outcome: StepOutcome, prefix_fractions: torch.Tensor, teacher_counts: Counter
+    ) -> None:
         metrics = self._metrics["train"]
-        counters: Counter = outcome.counters
+        counters: Counter = outcome.counters + Counter({f"teacher/{k}": v for k, v in teacher_counts.items()})
         for name in (
             "groups_cliff", "groups_skipped", "groups_fallback_unverified", "groups_fallback_endpoint",
             "solve_calls", "judge_calls", "reference_cache_hits", "judgment_cache_hits", "truncated",
             "disagreements", "rollouts_with_mistake",
         ):  # fmt: skip
             metrics[f"cliff/{name}"].append(float(counters.get(name, 0)))
-        self._cliff_failure_keys.update(k for k in counters if "_failures/" in k)
+        self._cliff_failure_keys.update(k for k in counters if "_failures/" in k or k.startswith("teacher/"))
         for name in sorted(self._cliff_failure_keys):
             metrics[f"cliff/{name}"].append(float(counters.get(name, 0)))
         judged = counters.get("agreements", 0) + counters.get("disagreements", 0)
         metrics["cliff/agreement"].append(counters.get("agreements", 0) / judged if judged else math.nan)
         for name, samples in outcome.values.items():
             metrics[f"cliff/{name}"].append(sum(samples) / len(samples) if samples else math.nan)
-        metrics["cliff/prefix_fraction"].append(prefix_fractions.mean().item() if prefix_fractions.numel() else math.nan)
+        metrics["cliff/prefix_fraction"].append(
+            prefix_fractions.mean().item() if prefix_fractions.numel() else math.nan
+        )
 
     # -- checkpointing ------------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, CLIFF_STATE_NAME), "w") as handle:
                 json.dump(self.cliff_judge.state_dict(), handle)
