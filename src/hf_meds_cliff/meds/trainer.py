@@ -139,6 +139,7 @@ class MEDSGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         """Cluster size of every completion of the last training step (all processes, -1 = no feature)."""
         self.meds_last_penalties: np.ndarray | None = None
         """Penalty column of the last training step (all processes)."""
+        self._meds_last_feature_source: str | None = None  # "captured" (TRL's forward) or "forward" (ours)
 
     # ------------------------------------------------------------------------------------------
     # Features
@@ -254,6 +255,7 @@ class MEDSGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         start = time.perf_counter()
         features_local, has_local, source = self._meds_local_features(completion_ids_list)
         time_features = time.perf_counter() - start
+        self._meds_last_feature_source = source
         keys_local = self._meds_prompt_keys(inputs, prompts)
 
         # Groups may be split across processes: every rank sees the whole gathered batch, in the same order

@@ -1,0 +1,137 @@
+"""Multi-process driver for ``tests/test_meds_trainer.py::test_two_processes_match_one_process``.
+
+    ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 tests/multiproc/meds_driver.py \\
+        --policy <toy policy dir> --output_dir <dir> [--train]
+
+1. Fixed batches (gold toy solutions and wrong variants of them, three steps of 12 completions in
+   groups of 4, so some groups straddle the two ranks) go through ``MEDSGRPOTrainer._meds_shape``, each
+   rank holding its contiguous slice as TRL's sampler gives it. Every rank writes the global cluster
+   sizes, penalties, memory fingerprint and stored features; a 1-process run of the same script is the
+   reference.
+2. With ``--train``: two real ``trainer.train()`` steps with groups split across ranks; each rank
+   writes the fingerprint of its memory, which must be identical on all ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+from pathlib import Path
+
+import torch
+
+from hf_meds_cliff.meds.config import MEDSConfig
+from hf_meds_cliff.meds.trainer import MEDSGRPOTrainer
+
+STEPS = 3
+GROUP = 4
+GROUPS_PER_STEP = 3
+
+
+def exact_answer_reward(completions, answer, **kwargs):
+    from hf_meds_cliff.data import completion_text
+    from hf_meds_cliff.toy.warmup import boxed_integer
+
+    return [1.0 if boxed_integer(completion_text(c)) == int(a) else 0.0 for c, a in zip(completions, answer)]
+
+
+def fixed_steps(dataset, tokenizer):
+    """STEPS lists of (prompt, problem_id, completion_ids, reward), GROUP completions per prompt."""
+    rng = random.Random(0)
+    steps = []
+    for step in range(STEPS):
+        rows = []
+        for group in range(GROUPS_PER_STEP):
+            example = dataset[(step + group) % len(dataset)]  # prompts recur across steps: memory hits
+            gold = example["solution"]
+            for member in range(GROUP):
+                wrong = member % 2 == 1
+                answer = int(example["answer"]) + (rng.choice([-2, -1, 1, 3]) if wrong else 0)
+                text = gold[: gold.rfind("\\boxed{")] + f"\\boxed{{{answer}}}."
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                rows.append((example["prompt"], example["problem_id"], ids, 0.0 if wrong else 1.0))
+        steps.append(rows)
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--train", action="store_true")
+    cli = parser.parse_args()
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff.toy import make_toy_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(cli.policy)
+    tokenizer.padding_side = "left"
+    dataset = make_toy_dataset("train", 4, seed=0)
+    output_dir = Path(cli.output_dir)
+    args = MEDSConfig(
+        output_dir=str(output_dir / "trainer"),
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        max_steps=2,
+        learning_rate=1e-3,
+        # 12 completions per step: with 2 ranks, 6 each, so the middle group of 4 straddles the ranks.
+        per_device_train_batch_size=GROUP * GROUPS_PER_STEP // int(os.environ.get("WORLD_SIZE", "1")),
+        num_generations=GROUP,
+        max_completion_length=72,
+        beta=0.0,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+    )
+    trainer = MEDSGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(cli.policy),
+        reward_funcs=[exact_answer_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+
+    cluster_sizes, penalties = [], []
+    for rows in fixed_steps(dataset, tokenizer):
+        per_rank = len(rows) // world
+        local = rows[rank * per_rank : (rank + 1) * per_rank]
+        prompts = [prompt for prompt, _, _, _ in local]
+        inputs = [{"prompt": prompt, "problem_id": pid} for prompt, pid, _, _ in local]
+        completion_ids = [ids for _, _, ids, _ in local]
+        prompt_ids = [
+            tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            for prompt in prompts
+        ]
+        trainer._meds_prompt_ids = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompt_ids]
+        trainer._meds_locations = None
+        trainer._meds_captured_logits = None
+        gathered_rewards = torch.tensor([[reward, 0.0] for _, _, _, reward in rows])  # as _calculate_rewards gathers
+        step_penalties = trainer._meds_shape(inputs, prompts, completion_ids, gathered_rewards)
+        cluster_sizes.append(trainer.meds_last_cluster_sizes.tolist())
+        penalties.append(step_penalties.tolist())
+    memory = trainer.meds_memory
+    result = {
+        "world_size": world,
+        "cluster_sizes": cluster_sizes,
+        "penalties": penalties,
+        "fingerprint_fixed": memory.fingerprint(),
+        "fixed_memory_rows": memory.num_rows,
+        "stored_features": [memory.stored_features(key).tolist() for key in sorted(memory.keys(), key=str)],
+    }
+    if cli.train:
+        trainer.train()
+        result["fingerprint_train"] = trainer.meds_memory.fingerprint()
+        result["train_memory_rows"] = trainer.meds_memory.num_rows
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / f"rank{rank}.json").write_text(json.dumps(result))
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""MEDSGRPOTrainer end to end on the toy world: penalties applied, metrics logged, resume, 2 processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hf_meds_cliff.meds.config import MEDSConfig
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DRIVER = REPO_ROOT / "tests" / "multiproc" / "meds_driver.py"
+
+EXPECTED_METRICS = (
+    "meds/frac_with_feature",
+    "meds/num_without_feature",
+    "meds/mean_penalty",
+    "meds/frac_penalized",
+    "meds/time_features_s",
+    "meds/time_clustering_s",
+    "meds/top1_eigen_ratio",
+    "meds/clusters_per_key",
+    "meds/noise_fraction",
+    "meds/mean_cluster_size",
+    "meds/max_cluster_size",
+    "meds/memory_rows",
+    "rewards/meds_penalty/mean",
+)
+
+
+def exact_answer_reward(completions, answer, **kwargs):
+    """1.0 when the last \\boxed{} integer equals the ground truth (the toy world's exact check)."""
+    from hf_meds_cliff.data import completion_text
+    from hf_meds_cliff.toy.warmup import boxed_integer
+
+    return [1.0 if boxed_integer(completion_text(c)) == int(a) else 0.0 for c, a in zip(completions, answer)]
+
+
+def _config(output_dir, **overrides) -> MEDSConfig:
+    values = dict(
+        output_dir=str(output_dir),
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        max_steps=2,
+        learning_rate=1e-3,
+        per_device_train_batch_size=16,
+        num_generations=8,
+        max_completion_length=72,
+        temperature=1.0,
+        beta=0.0,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        dataloader_num_workers=0,
+    )
+    values.update(overrides)
+    return MEDSConfig(**values)
+
+
+def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff.meds.trainer import MEDSGRPOTrainer
+    from hf_meds_cliff.toy import make_toy_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(policy_path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(policy_path)
+    dataset = make_toy_dataset("train", num_prompts, seed=0)  # few prompts: they recur, the memory hits
+    if memory_groups is not None:  # distinct prompts sharing memory keys through the id column
+        dataset = dataset.add_column("memory_group", [f"group-{i % memory_groups}" for i in range(num_prompts)])
+    return MEDSGRPOTrainer(
+        model=model, reward_funcs=[exact_answer_reward], args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("loss_type", "extra"),
+    [
+        ("grpo", {}),
+        ("dapo", {"scale_rewards": "batch"}),
+        # num_iterations=2: TRL runs its old-log-prob forward, the features come from it (hooks).
+        ("dr_grpo", {"num_iterations": 2, "max_steps": 4}),
+    ],
+)
+def test_train_applies_penalties_and_logs_metrics(toy_policy_path, tmp_path, loss_type, extra):
+    trainer = _trainer(toy_policy_path, _config(tmp_path, loss_type=loss_type, **extra))
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+
+    logs = [record for record in trainer.state.log_history if "meds/frac_penalized" in record]
+    assert logs, "no MEDS metrics were logged"
+    for key in EXPECTED_METRICS:
+        assert key in logs[-1], f"missing metric {key}"
+    # The first generation meets an empty memory; the second one is penalised by the first one's clusters.
+    assert logs[0]["meds/frac_penalized"] == 0.0
+    assert logs[-1]["meds/frac_penalized"] > 0.0
+    assert logs[-1]["rewards/meds_penalty/mean"] < 0.0
+    assert logs[-1]["meds/frac_with_feature"] > 0.5
+
+    # The penalty (target "wrong") is min(α·log(|C|+1), β) on incorrect completions only.
+    sizes, penalties = trainer.meds_last_cluster_sizes, trainer.meds_last_penalties
+    rows = sizes >= 0
+    expected = -np.minimum(0.1 * np.log(sizes[rows] + 1.0), 0.2)
+    penalised = penalties[rows] != 0
+    assert penalised.any()
+    np.testing.assert_allclose(penalties[rows][penalised], expected[penalised], rtol=1e-6)
+    assert np.all(penalties[~rows] == 0.0)
+    assert trainer.meds_memory.num_rows == sum(int(r["meds/rows"]) for r in logs)
+    assert trainer._meds_last_feature_source == ("captured" if extra.get("num_iterations") else "forward")
+
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert changed, "no parameter changed"
+
+
+@pytest.mark.slow
+def test_resume_gives_the_same_cluster_sizes_as_an_uninterrupted_run(toy_policy_path, tmp_path):
+    # TRL's sampler reshuffles every epoch and a resumed run restarts its generator, so the whole run stays
+    # inside one epoch (3 steps x 2 prompts = 6 prompts); memory keys still recur through an id column.
+    common = dict(
+        max_steps=3, save_strategy="steps", save_steps=2, per_device_train_batch_size=8, num_generations=4,
+        meds_prompt_id_column="memory_group",
+    )  # fmt: skip
+    uninterrupted = _trainer(toy_policy_path, _config(tmp_path / "a", **common), num_prompts=6, memory_groups=2)
+    uninterrupted.train()
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    assert (checkpoint / "meds_memory").is_dir()
+
+    # Resume from a copy, so the uninterrupted run's later files cannot leak in.
+    shutil.copytree(checkpoint, tmp_path / "b" / "checkpoint-2")
+    resumed = _trainer(toy_policy_path, _config(tmp_path / "b", **common), num_prompts=6, memory_groups=2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
+
+    assert resumed.state.global_step == 3
+    np.testing.assert_array_equal(resumed.meds_last_cluster_sizes, uninterrupted.meds_last_cluster_sizes)
+    np.testing.assert_array_equal(resumed.meds_last_penalties, uninterrupted.meds_last_penalties)
+    assert resumed.meds_memory.state_equal(uninterrupted.meds_memory)
+
+
+def test_config_validation_names_the_bad_value(tmp_path):
+    with pytest.raises(ValueError, match="meds_penalty_target='bad'"):
+        _config(tmp_path, meds_penalty_target="bad")
+    with pytest.raises(ValueError, match="meds_alpha=-1"):
+        _config(tmp_path, meds_alpha=-1)
+    with pytest.raises(ValueError, match="meds_min_cluster_size=1"):
+        _config(tmp_path, meds_min_cluster_size=1)
+    with pytest.raises(ValueError, match="meds_use_layer_diff"):
+        _config(tmp_path, meds_use_layer_diff=True, meds_num_layers=1)
+    with pytest.raises(ValueError, match="meds_noise_policy='paper'"):
+        _config(tmp_path, meds_noise_policy="paper")
+
+
+def test_trainer_rejects_bad_setup(toy_policy_path, tmp_path):
+    from trl import GRPOConfig
+
+    from hf_meds_cliff.meds.trainer import MEDSGRPOTrainer
+
+    with pytest.raises(TypeError, match="needs a MEDSConfig, got GRPOConfig"):
+        MEDSGRPOTrainer(
+            model=str(toy_policy_path),
+            reward_funcs=[exact_answer_reward],
+            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False),
+        )
+    with pytest.raises(ValueError, match="meds_correctness_reward_index=1"):
+        MEDSGRPOTrainer(
+            model=str(toy_policy_path),
+            reward_funcs=[exact_answer_reward],
+            args=_config(tmp_path, meds_correctness_reward_index=1),
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_match_one_process(toy_policy_path, tmp_path):
+    """Groups split across 2 CPU processes give the same cluster sizes and the same memory on every rank."""
+    if shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists():
+        pytest.skip("torchrun is not available")
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    results = {}
+    for nproc in (1, 2):
+        out = tmp_path / f"np{nproc}"
+        env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        command = [
+            torchrun, "--nproc_per_node", str(nproc), "--master_port", str(29600 + nproc), str(DRIVER),
+            "--policy", str(toy_policy_path), "--output_dir", str(out),
+        ]  # fmt: skip
+        if nproc == 2:
+            command.append("--train")
+        completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+        assert completed.returncode == 0, completed.stderr[-4000:]
+        results[nproc] = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+    reference = results[1][0]
+    for rank_result in results[2]:
+        assert rank_result["world_size"] == 2
+        assert rank_result["cluster_sizes"] == reference["cluster_sizes"]
+        np.testing.assert_allclose(rank_result["penalties"], reference["penalties"], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(rank_result["stored_features"], reference["stored_features"], atol=1e-5)
+    assert any(size > 0 for step in reference["cluster_sizes"] for size in step), "the fixed batch never hit memory"
+    rank0, rank1 = results[2]
+    assert rank0["fingerprint_fixed"] == rank1["fingerprint_fixed"]
+    assert rank0["fingerprint_train"] == rank1["fingerprint_train"]
+    assert rank0["train_memory_rows"] > reference["fixed_memory_rows"]
