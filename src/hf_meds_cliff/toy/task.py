@@ -390,9 +390,9 @@ def iter_problems(
             unique and question in seen
         ):
             misses += 1
-            if misses > 100_000:
+            if misses > 10_000:
                 raise ValueError(
-                    f"Could not draw a new {split} problem in 100000 tries: the question space of {config} is "
+                    f"Could not draw a new {split} problem in 10000 tries: the question space of {config} is "
                     "too small for the rows requested; widen the operand ranges or steps, or ask for fewer rows."
                 )
             continue
