@@ -62,6 +62,8 @@ def test_trainer_rejects_plain_grpo_config_and_bad_reward_index(tmp_path):
         CliffGRPOTrainer(model="unused", args=GRPOConfig(output_dir=str(tmp_path), **CPU))
     with pytest.raises(ValueError, match="cliff_correctness_reward_index=3 but only 1 reward"):
         driver.build_trainer(str(tmp_path), 4, cliff_correctness_reward_index=3)
+    with pytest.raises(ValueError, match="cliff_answer_column='truth' is not a column"):
+        driver.build_trainer(str(tmp_path), 4, cliff_answer_column="truth")
 
 
 @pytest.mark.slow

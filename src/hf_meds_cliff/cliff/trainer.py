@@ -108,6 +108,13 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
                 f"cliff_correctness_reward_index={args.cliff_correctness_reward_index} but only "
                 f"{len(self.reward_funcs)} reward function(s) were given; point it at the correctness reward."
             )
+        columns = getattr(self.train_dataset, "column_names", None)
+        if args.cliff_reference_filter and columns is not None and args.cliff_answer_column not in columns:
+            raise ValueError(
+                f"cliff_answer_column={args.cliff_answer_column!r} is not a column of the training dataset "
+                f"({columns}); the reference filter needs the ground truth to verify the teacher's solutions. Point "
+                "--cliff_answer_column at it, or pass --cliff_reference_filter false."
+            )
         if teacher is None:
             from .teachers import build_teacher
 
