@@ -151,9 +151,10 @@ def test_cache_folder_and_a_crash_leaves_no_partial_cache(tmp_path, monkeypatch)
         (folder / "warmup_metrics.json").write_text(json.dumps({"cache_key": key, "stop_reason": stop_reasons.pop(0)}))
 
     monkeypatch.setattr(warmup_module, "_train_and_save", fake_train)
-    path = warmup_toy_model(**TINY)
     tiny_settings = {k: v for k, v in TINY.items() if k not in ("model_config", "num_threads")}
     key = WarmupSettings(model=TINY["model_config"], **tiny_settings).cache_key()
+    (toy_cache / f".{key}.tmp-killed").mkdir()  # what a SIGKILLed run leaves behind
+    path = warmup_toy_model(**TINY)
     assert path == toy_cache / key
     assert [p.name for p in toy_cache.iterdir() if not p.name.endswith(".lock")] == [key]
     # a run cut short by the time cap is redone; a finished one is reused

@@ -185,6 +185,8 @@ def warmup_toy_model(
                 f"{target} is not empty and holds no warm-up with these settings (key {key}); "
                 "pass an empty or new output_dir, or delete that folder."
             )
+        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed run; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
         try:
