@@ -15,8 +15,8 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(Path.home() / ".cache" / "hf_meds_c
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(2)
 

@@ -18,26 +18,48 @@ CORRECT = "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}."
     [
         pytest.param(CORRECT, None, id="correct"),
         pytest.param(CORRECT + "\n", None, id="correct-trailing-newline"),
-        pytest.param("7+5=12.  12*3=36. 36 -4= 32. The answer is \\boxed{ 32 }.", None, id="correct-odd-spacing"),
-        pytest.param("7 + 5 = 13. 13 * 3 = 39. 39 - 4 = 35. The answer is \\boxed{35}.", 0, id="wrong-first-result"),
-        pytest.param("7 + 5 = 12. 12 * 3 = 35. 35 - 4 = 31. The answer is \\boxed{31}.", 1, id="wrong-arithmetic"),
         pytest.param(
-            "7 + 5 = 13. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}.", 0, id="right-answer-through-wrong-step"
+            "7+5=12.  12*3=36. 36 -4= 32. The answer is \\boxed{ 32 }.", None, id="correct-odd-spacing"
         ),
-        pytest.param("7 + 5 = 12. 12 * 4 = 48. 48 - 4 = 44. The answer is \\boxed{44}.", 1, id="wrong-operand-copied"),
-        pytest.param("7 + 5 = 12. 12 + 3 = 15. 15 - 4 = 11. The answer is \\boxed{11}.", 1, id="wrong-operator"),
-        pytest.param("7 + 5 = 12. 13 * 3 = 39. 39 - 4 = 35. The answer is \\boxed{35}.", 1, id="wrong-carried-result"),
-        pytest.param("5 + 7 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}.", 0, id="operands-swapped"),
+        pytest.param(
+            "7 + 5 = 13. 13 * 3 = 39. 39 - 4 = 35. The answer is \\boxed{35}.", 0, id="wrong-first-result"
+        ),
+        pytest.param(
+            "7 + 5 = 12. 12 * 3 = 35. 35 - 4 = 31. The answer is \\boxed{31}.", 1, id="wrong-arithmetic"
+        ),
+        pytest.param(
+            "7 + 5 = 13. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}.",
+            0,
+            id="right-answer-through-wrong-step",
+        ),
+        pytest.param(
+            "7 + 5 = 12. 12 * 4 = 48. 48 - 4 = 44. The answer is \\boxed{44}.", 1, id="wrong-operand-copied"
+        ),
+        pytest.param(
+            "7 + 5 = 12. 12 + 3 = 15. 15 - 4 = 11. The answer is \\boxed{11}.", 1, id="wrong-operator"
+        ),
+        pytest.param(
+            "7 + 5 = 12. 13 * 3 = 39. 39 - 4 = 35. The answer is \\boxed{35}.", 1, id="wrong-carried-result"
+        ),
+        pytest.param(
+            "5 + 7 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}.", 0, id="operands-swapped"
+        ),
         pytest.param("7 + 5 = 12. 36 - 4 = 32. The answer is \\boxed{32}.", 1, id="skipped-step"),
         pytest.param(
-            "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. 32 + 0 = 32. The answer is \\boxed{32}.", 3, id="extra-step"
+            "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. 32 + 0 = 32. The answer is \\boxed{32}.",
+            3,
+            id="extra-step",
         ),
-        pytest.param("7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{23}.", 3, id="wrong-boxed-value"),
+        pytest.param(
+            "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{23}.", 3, id="wrong-boxed-value"
+        ),
         pytest.param("7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is 32.", 3, id="answer-not-boxed"),
         pytest.param("7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32.", 2, id="missing-final-answer"),
         pytest.param("7 + 5 = 12. 12 * 3 = 36.", 1, id="stops-after-two-steps"),
         pytest.param("7 + 5 = 12. 12 ** = 3 3. 36 - 4 = 32. The answer is \\boxed{32}.", 1, id="gibberish"),
-        pytest.param("7 + 5 = 12. Twelve times three is 36. 36 - 4 = 32. The answer is \\boxed{32}.", 1, id="words"),
+        pytest.param(
+            "7 + 5 = 12. Twelve times three is 36. 36 - 4 = 32. The answer is \\boxed{32}.", 1, id="words"
+        ),
         pytest.param(CORRECT + " 32 + 1 = 33.", 4, id="text-after-the-box"),
         pytest.param(CORRECT + "\nThe answer is \\boxed{33}.", 4, id="second-box-after-the-answer"),
         pytest.param("", 0, id="empty"),

@@ -60,7 +60,9 @@ def test_random_problems_match_python_precedence_and_round_trip_through_the_pars
 
 
 def test_generator_respects_the_difficulty_knobs():
-    config = ToyTaskConfig(min_steps=3, max_steps=4, min_operand=10, max_operand=12, min_multiplier=7, max_multiplier=7)
+    config = ToyTaskConfig(
+        min_steps=3, max_steps=4, min_operand=10, max_operand=12, min_multiplier=7, max_multiplier=7
+    )
     rng = random.Random(0)
     seen_steps = set()
     for _ in range(200):
@@ -89,7 +91,9 @@ def test_generator_is_deterministic_and_accepts_numpy_generators():
 
 
 def test_parse_question_accepts_trailing_text_and_negative_first_operands():
-    problem = parse_question("Compute (7 + 5) * 3 - 4. Please reason step by step, and put your final answer within \\boxed{}.")
+    problem = parse_question(
+        "Compute (7 + 5) * 3 - 4. Please reason step by step, and put your final answer within \\boxed{}."
+    )
     assert problem.answer == 32
     negative = parse_question("Compute (-3) * 2 + 1.")
     assert (negative.first_operand, negative.operations, negative.answer) == (-3, (("*", 2), ("+", 1)), -5)
@@ -160,7 +164,9 @@ def test_train_split_never_contains_a_test_question():
     # a question space small enough to hit every test question still never leaks into train
     small = ToyTaskConfig(min_steps=1, max_steps=1, max_operand=4, operators=("+",))
     small_test = list(make_toy_dataset("train", 200, seed=3, config=small)["problem_id"])
-    assert not {problem_id(q) for q in _all_small_questions() if question_split(q, 3) == "test"} & set(small_test)
+    assert not {problem_id(q) for q in _all_small_questions() if question_split(q, 3) == "test"} & set(
+        small_test
+    )
 
 
 def _all_small_questions():

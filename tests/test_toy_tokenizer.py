@@ -34,7 +34,9 @@ def test_round_trip_is_exact(toy_tokenizer, saved_tokenizer, text):
     for tokenizer in (toy_tokenizer, saved_tokenizer):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         assert tokenizer.decode(ids) == text
-        assert tokenizer.batch_decode([ids + [tokenizer.eos_token_id, tokenizer.pad_token_id]], skip_special_tokens=True) == [text]
+        assert tokenizer.batch_decode(
+            [ids + [tokenizer.eos_token_id, tokenizer.pad_token_id]], skip_special_tokens=True
+        ) == [text]
 
 
 def test_round_trip_on_dataset_solutions(saved_tokenizer):
@@ -63,7 +65,9 @@ def test_chat_template_with_generation_prompt(saved_tokenizer):
 
 
 def test_left_padding_after_loading(saved_tokenizer):
-    batch = saved_tokenizer(["1 + 2", "10 + 20 = 30"], padding=True, return_tensors="pt", add_special_tokens=False)
+    batch = saved_tokenizer(
+        ["1 + 2", "10 + 20 = 30"], padding=True, return_tensors="pt", add_special_tokens=False
+    )
     assert batch["input_ids"][0, 0].item() == saved_tokenizer.pad_token_id
     assert batch["attention_mask"][0].tolist()[-1] == 1 and batch["attention_mask"][0, 0].item() == 0
 

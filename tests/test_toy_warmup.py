@@ -8,7 +8,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from hf_meds_cliff.toy import ToyModelConfig, build_toy_model, first_mistake_index, make_toy_dataset, warmup_toy_model
+from hf_meds_cliff.toy import (
+    ToyModelConfig,
+    build_toy_model,
+    first_mistake_index,
+    make_toy_dataset,
+    warmup_toy_model,
+)
 from hf_meds_cliff.toy import warmup as warmup_module
 from hf_meds_cliff.toy.task import ToyProblem
 from hf_meds_cliff.toy.warmup import WarmupSettings, boxed_integer, pass_at_k, supervised_batch
@@ -47,7 +53,10 @@ def test_model_config_validation():
 
 
 def test_supervised_batch_masks_everything_but_solution_and_eos(toy_tokenizer):
-    problems = [ToyProblem.from_operations(7, (("+", 5), ("*", 3))), ToyProblem.from_operations(2, (("-", 9),))]
+    problems = [
+        ToyProblem.from_operations(7, (("+", 5), ("*", 3))),
+        ToyProblem.from_operations(2, (("-", 9),)),
+    ]
     batch = supervised_batch(toy_tokenizer, problems)
     for row, problem in enumerate(problems):
         labels = batch["labels"][row]
@@ -107,8 +116,12 @@ def test_short_warmup_writes_a_loadable_reusable_reproducible_policy(tmp_path, m
     tokenizer.padding_side = "left"
     assert model.config.num_hidden_layers == 4 and model.config.hidden_size == 32
     assert GenerationConfig.from_pretrained(path).do_sample is True
-    prompt = tokenizer.apply_chat_template(make_toy_dataset("test", 1)["prompt"][0], tokenize=False, add_generation_prompt=True)
-    output = model.generate(**tokenizer(prompt, return_tensors="pt", add_special_tokens=False), max_new_tokens=5)
+    prompt = tokenizer.apply_chat_template(
+        make_toy_dataset("test", 1)["prompt"][0], tokenize=False, add_generation_prompt=True
+    )
+    output = model.generate(
+        **tokenizer(prompt, return_tensors="pt", add_special_tokens=False), max_new_tokens=5
+    )
     assert output.shape[1] > len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
     # reused, not retrained
@@ -148,7 +161,9 @@ def test_cache_folder_and_a_crash_leaves_no_partial_cache(tmp_path, monkeypatch)
 
     def fake_train(settings, key, folder):  # the real training is covered above; here only the cache logic
         trained.append(key)
-        (folder / "warmup_metrics.json").write_text(json.dumps({"cache_key": key, "stop_reason": stop_reasons.pop(0)}))
+        (folder / "warmup_metrics.json").write_text(
+            json.dumps({"cache_key": key, "stop_reason": stop_reasons.pop(0)})
+        )
 
     monkeypatch.setattr(warmup_module, "_train_and_save", fake_train)
     tiny_settings = {k: v for k, v in TINY.items() if k not in ("model_config", "num_threads")}
@@ -172,7 +187,9 @@ def test_cached_toy_policy_gives_mixed_groups_of_boxed_answers(toy_policy_path):
     tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
     dataset = make_toy_dataset("test", 8, seed=0)
     questions = [row[0]["content"] for row in dataset["prompt"]]
-    completions = warmup_module.generate_completions(model, tokenizer, questions, num_samples=8, do_sample=True, seed=1)
+    completions = warmup_module.generate_completions(
+        model, tokenizer, questions, num_samples=8, do_sample=True, seed=1
+    )
     correct_counts = []
     for question, answer, group in zip(questions, dataset["answer"], completions):
         correct = [boxed_integer(text) == int(answer) for text in group]

@@ -57,7 +57,12 @@ def first_mistake_index(question: str | ToyProblem, completion: Any) -> int | No
         match = _STEP_PATTERN.fullmatch(sentences[index])
         if match is None:
             return index
-        left, op, right, result = int(match.group(1)), match.group(2), int(match.group(3)), int(match.group(4))
+        left, op, right, result = (
+            int(match.group(1)),
+            match.group(2),
+            int(match.group(3)),
+            int(match.group(4)),
+        )
         if (left, op, right, result) != (step.left, step.op, step.right, step.result):
             return index
     answer_index = len(steps)

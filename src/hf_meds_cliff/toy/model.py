@@ -21,13 +21,23 @@ class ToyModelConfig:
     hidden_size: int = field(default=64, metadata={"help": "Model width."})
     intermediate_size: int = field(default=256, metadata={"help": "MLP width."})
     num_attention_heads: int = field(default=4, metadata={"help": "Query heads."})
-    num_key_value_heads: int = field(default=2, metadata={"help": "Key/value heads (grouped-query attention)."})
+    num_key_value_heads: int = field(
+        default=2, metadata={"help": "Key/value heads (grouped-query attention)."}
+    )
     head_dim: int = field(default=16, metadata={"help": "Per-head width (even, for rotary embeddings)."})
-    max_position_embeddings: int = field(default=256, metadata={"help": "Longest sequence (prompt + completion)."})
+    max_position_embeddings: int = field(
+        default=256, metadata={"help": "Longest sequence (prompt + completion)."}
+    )
     rope_theta: float = field(default=10000.0, metadata={"help": "Rotary base."})
 
     def __post_init__(self) -> None:
-        for name in ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "head_dim"):
+        for name in (
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "head_dim",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.num_attention_heads % self.num_key_value_heads:

@@ -325,7 +325,7 @@ def _chain_from_tree(tree, question: str) -> tuple[int, list[tuple[str, int]]]:
     while not isinstance(tree, int):
         op, left, right = tree
         if not isinstance(right, int):
-            raise ValueError(
+            raise ValueError(  # noqa: TRY004 - a malformed question (a str), not a wrong argument type
                 f"Question {question!r:.120} is not a left-to-right chain (a right operand is itself an "
                 "expression); toy questions apply one integer per step, e.g. 'Compute (2 + 3) * 4.'"
             )
@@ -361,8 +361,13 @@ def problem_id(question: str) -> str:
 
 
 def iter_problems(
-    split: Split, seed: int = 0, config: ToyTaskConfig | None = None, *, unique: bool | None = None,
-    exclude: frozenset[str] | set[str] = frozenset(), stream_name: str = "",
+    split: Split,
+    seed: int = 0,
+    config: ToyTaskConfig | None = None,
+    *,
+    unique: bool | None = None,
+    exclude: frozenset[str] | set[str] = frozenset(),
+    stream_name: str = "",
 ) -> Iterator[ToyProblem]:
     """Endless seeded stream of problems of one split.
 
@@ -386,8 +391,10 @@ def iter_problems(
     while True:
         problem = generate_problem(rng, config)
         question = problem.question
-        if question_split(question, seed, config.test_fraction) != split or question in exclude or (
-            unique and question in seen
+        if (
+            question_split(question, seed, config.test_fraction) != split
+            or question in exclude
+            or (unique and question in seen)
         ):
             misses += 1
             if misses > 10_000:
@@ -412,7 +419,9 @@ def toy_rows(problems: list[ToyProblem]) -> dict[str, list]:
     }
 
 
-def make_toy_dataset(split: Split = "train", num_rows: int = 1000, seed: int = 0, config: ToyTaskConfig | None = None):
+def make_toy_dataset(
+    split: Split = "train", num_rows: int = 1000, seed: int = 0, config: ToyTaskConfig | None = None
+):
     """A ``datasets.Dataset`` of toy problems in the layout of the real math datasets.
 
     Columns: ``prompt`` (chat list ``[{"role": "user", "content": question}]``), ``answer`` (str),

@@ -56,39 +56,64 @@ CACHE_ENV_VARIABLE = "HF_MEDS_CLIFF_CACHE"
 class WarmupSettings:
     """Everything that determines a warm-up's result (hashed into its cache key, except the time cap)."""
 
-    seed: int = field(default=0, metadata={"help": "Seed of the weights, the data streams and the evaluation."})
+    seed: int = field(
+        default=0, metadata={"help": "Seed of the weights, the data streams and the evaluation."}
+    )
     task: ToyTaskConfig = field(default_factory=ToyTaskConfig, metadata={"help": "Task difficulty."})
     model: ToyModelConfig = field(default_factory=ToyModelConfig, metadata={"help": "Model shape."})
     batch_size: int = field(default=32, metadata={"help": "Problems per optimizer step (fresh each step)."})
     learning_rate: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
-    lr_warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps before the cosine decay."})
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "Cosine floor as a fraction of the peak rate."})
+    lr_warmup_steps: int = field(
+        default=30, metadata={"help": "Linear warm-up steps before the cosine decay."}
+    )
+    min_lr_ratio: float = field(
+        default=0.1, metadata={"help": "Cosine floor as a fraction of the peak rate."}
+    )
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
-    max_steps: int = field(default=1500, metadata={"help": "Step cap (also the length of the cosine schedule)."})
+    max_steps: int = field(
+        default=1500, metadata={"help": "Step cap (also the length of the cosine schedule)."}
+    )
     time_budget_s: float = field(
         default=900.0,
-        metadata={"help": "Wall-clock safety cap on training, in seconds (an idle 2-core machine stops on the "
-                  "accuracy target in about 2-3 minutes); a run stopped by it is not reused from the cache."},
+        metadata={
+            "help": "Wall-clock safety cap on training, in seconds (an idle 2-core machine stops on the "
+            "accuracy target in about 2-3 minutes); a run stopped by it is not reused from the cache."
+        },
     )
     target_greedy_accuracy: float = field(
         default=0.5, metadata={"help": "Stop once greedy accuracy on the validation draw reaches this."}
     )
-    eval_start_step: int = field(default=200, metadata={"help": "First step at which the stop rule is checked."})
+    eval_start_step: int = field(
+        default=200, metadata={"help": "First step at which the stop rule is checked."}
+    )
     eval_every_steps: int = field(default=25, metadata={"help": "Steps between stop-rule checks."})
-    num_validation_problems: int = field(default=128, metadata={"help": "Validation problems for the stop rule."})
-    num_test_problems: int = field(default=200, metadata={"help": "Test-split problems for the final metrics."})
+    num_validation_problems: int = field(
+        default=128, metadata={"help": "Validation problems for the stop rule."}
+    )
+    num_test_problems: int = field(
+        default=200, metadata={"help": "Test-split problems for the final metrics."}
+    )
     num_samples: int = field(default=8, metadata={"help": "Samples per test problem for pass@1 / pass@k."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the final metrics."})
     max_new_tokens: int = field(
         default=64,
-        metadata={"help": "Generation length cap of the evaluations (default-task solutions take <= 54 tokens "
-                  "with eos; raise it with more steps)."},
+        metadata={
+            "help": "Generation length cap of the evaluations (default-task solutions take <= 54 tokens "
+            "with eos; raise it with more steps)."
+        },
     )
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "max_steps", "eval_every_steps", "num_validation_problems", "num_test_problems",
-                    "num_samples", "max_new_tokens")
+        positive = (
+            "batch_size",
+            "max_steps",
+            "eval_every_steps",
+            "num_validation_problems",
+            "num_test_problems",
+            "num_samples",
+            "max_new_tokens",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
@@ -109,7 +134,9 @@ class WarmupSettings:
 
     def cache_key(self) -> str:
         settings = self.to_dict()
-        del settings["time_budget_s"]  # runs stopped by it are never reused, so it cannot change a cached result
+        del settings[
+            "time_budget_s"
+        ]  # runs stopped by it are never reused, so it cannot change a cached result
         payload = {"settings": settings, "code": WARMUP_CODE_VERSION, "tokenizer": TOKENIZER_VERSION}
         canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
@@ -176,10 +203,9 @@ def warmup_toy_model(
         if _is_complete(target, key):
             logger.info("Reusing the warmed-up toy policy in %s", target)
             return target
-        if target.exists() and any(target.iterdir()):
-            if _read_cache_key(target) == key:  # the same warm-up, cut short by the wall-clock cap: redo it
-                logger.warning("Redoing the toy warm-up in %s: the previous run hit its time budget.", target)
-                shutil.rmtree(target)
+        if target.exists() and _read_cache_key(target) == key:  # the same warm-up, cut short by the time cap
+            logger.warning("Redoing the toy warm-up in %s: the previous run hit its time budget.", target)
+            shutil.rmtree(target)
         if target.exists() and any(target.iterdir()):
             raise ValueError(
                 f"{target} is not empty and holds no warm-up with these settings (key {key}); "
@@ -242,7 +268,9 @@ def _torch_threads(num_threads: int | None) -> Iterator[None]:
 
     previous = torch.get_num_threads()
     if num_threads is None:
-        available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        available = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        )
         num_threads = min(4, available)
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}.")
@@ -268,9 +296,13 @@ def supervised_batch(tokenizer, problems: Sequence[ToyProblem]) -> dict[str, Any
     solution tokens and the eos token that ends it."""
     import torch
 
-    prompt_ids = tokenizer(chat_prompts(tokenizer, [p.question for p in problems]), add_special_tokens=False)["input_ids"]
+    prompt_ids = tokenizer(chat_prompts(tokenizer, [p.question for p in problems]), add_special_tokens=False)[
+        "input_ids"
+    ]
     solution_ids = tokenizer([p.solution for p in problems], add_special_tokens=False)["input_ids"]
-    sequences = [prompt + solution + [tokenizer.eos_token_id] for prompt, solution in zip(prompt_ids, solution_ids)]
+    sequences = [
+        prompt + solution + [tokenizer.eos_token_id] for prompt, solution in zip(prompt_ids, solution_ids)
+    ]
     length = max(len(s) for s in sequences)
     input_ids = torch.full((len(problems), length), tokenizer.pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(problems), length), dtype=torch.long)
@@ -299,8 +331,16 @@ def boxed_integer(text: str) -> int | None:
 
 
 def generate_completions(
-    model, tokenizer, questions: Sequence[str], *, num_samples: int = 1, do_sample: bool = False,
-    temperature: float = 1.0, max_new_tokens: int = 96, batch_size: int = 512, seed: int = 0,
+    model,
+    tokenizer,
+    questions: Sequence[str],
+    *,
+    num_samples: int = 1,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    max_new_tokens: int = 96,
+    batch_size: int = 512,
+    seed: int = 0,
 ) -> list[list[str]]:
     """``num_samples`` decoded completions per question (greedy when ``do_sample`` is False)."""
     import torch
@@ -319,10 +359,16 @@ def generate_completions(
     with torch.random.fork_rng(devices=[]), torch.inference_mode():
         torch.manual_seed(seed)
         for start in range(0, len(prompts), batch_size):
-            encoded = tokenizer(prompts[start : start + batch_size], return_tensors="pt", padding=True,
-                                add_special_tokens=False)
+            encoded = tokenizer(
+                prompts[start : start + batch_size],
+                return_tensors="pt",
+                padding=True,
+                add_special_tokens=False,
+            )
             output = model.generate(**encoded, generation_config=generation_config)
-            texts.extend(tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True))
+            texts.extend(
+                tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+            )
     model.train(was_training)
     return [texts[i * num_samples : (i + 1) * num_samples] for i in range(len(questions))]
 
@@ -339,7 +385,13 @@ def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
 
 
 def evaluate_policy(
-    model, tokenizer, problems: Sequence[ToyProblem], *, num_samples: int = 8, temperature: float = 1.0, seed: int = 0,
+    model,
+    tokenizer,
+    problems: Sequence[ToyProblem],
+    *,
+    num_samples: int = 8,
+    temperature: float = 1.0,
+    seed: int = 0,
     max_new_tokens: int = 96,
 ) -> dict[str, float]:
     """Greedy accuracy, sampled pass@1 and pass@``num_samples``, the share of problems whose samples are
@@ -347,7 +399,13 @@ def evaluate_policy(
     questions = [p.question for p in problems]
     greedy = generate_completions(model, tokenizer, questions, seed=seed, max_new_tokens=max_new_tokens)
     samples = generate_completions(
-        model, tokenizer, questions, num_samples=num_samples, do_sample=True, temperature=temperature, seed=seed,
+        model,
+        tokenizer,
+        questions,
+        num_samples=num_samples,
+        do_sample=True,
+        temperature=temperature,
+        seed=seed,
         max_new_tokens=max_new_tokens,
     )
     greedy_correct = [boxed_integer(g[0]) == p.answer for g, p in zip(greedy, problems)]
@@ -365,7 +423,9 @@ def evaluate_policy(
 
 
 def greedy_accuracy(model, tokenizer, problems: Sequence[ToyProblem], max_new_tokens: int = 96) -> float:
-    completions = generate_completions(model, tokenizer, [p.question for p in problems], max_new_tokens=max_new_tokens)
+    completions = generate_completions(
+        model, tokenizer, [p.question for p in problems], max_new_tokens=max_new_tokens
+    )
     return sum(boxed_integer(c[0]) == p.answer for c, p in zip(completions, problems)) / len(problems)
 
 
@@ -376,7 +436,9 @@ def greedy_accuracy(model, tokenizer, problems: Sequence[ToyProblem], max_new_to
 def _learning_rate_factor(step: int, settings: WarmupSettings) -> float:
     if step < settings.lr_warmup_steps:
         return (step + 1) / settings.lr_warmup_steps
-    progress = min(1.0, (step - settings.lr_warmup_steps) / max(1, settings.max_steps - settings.lr_warmup_steps))
+    progress = min(
+        1.0, (step - settings.lr_warmup_steps) / max(1, settings.max_steps - settings.lr_warmup_steps)
+    )
     cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
     return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
 
@@ -387,15 +449,23 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
 
     tokenizer = build_toy_tokenizer()
     model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
-    validation_stream = iter_problems("train", settings.seed, settings.task, unique=True, stream_name="warmup-validation")
+    validation_stream = iter_problems(
+        "train", settings.seed, settings.task, unique=True, stream_name="warmup-validation"
+    )
     validation = [next(validation_stream) for _ in range(settings.num_validation_problems)]
     training_stream = iter_problems(
-        "train", settings.seed, settings.task, exclude=frozenset(p.question for p in validation), stream_name="warmup"
+        "train",
+        settings.seed,
+        settings.task,
+        exclude=frozenset(p.question for p in validation),
+        stream_name="warmup",
     )
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=settings.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _learning_rate_factor(step, settings))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: _learning_rate_factor(step, settings)
+    )
 
     logger.info("Toy warm-up: %d parameters, settings %s", sum(p.numel() for p in model.parameters()), key)
     model.train()
@@ -417,7 +487,10 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
             optimizer.zero_grad(set_to_none=True)
             loss_value = loss.item()
             step += 1
-            if step >= settings.eval_start_step and (step - settings.eval_start_step) % settings.eval_every_steps == 0:
+            if (
+                step >= settings.eval_start_step
+                and (step - settings.eval_start_step) % settings.eval_every_steps == 0
+            ):
                 eval_start = time.perf_counter()
                 accuracy = greedy_accuracy(model, tokenizer, validation, settings.max_new_tokens)
                 eval_seconds += time.perf_counter() - eval_start
@@ -436,14 +509,22 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     test_problems = [next(test_stream) for _ in range(settings.num_test_problems)]
     eval_start = time.perf_counter()
     test_metrics = evaluate_policy(
-        model, tokenizer, test_problems, num_samples=settings.num_samples, temperature=settings.temperature,
-        seed=settings.seed, max_new_tokens=settings.max_new_tokens,
+        model,
+        tokenizer,
+        test_problems,
+        num_samples=settings.num_samples,
+        temperature=settings.temperature,
+        seed=settings.seed,
+        max_new_tokens=settings.max_new_tokens,
     )
     final_eval_seconds = time.perf_counter() - eval_start
     if stop_reason != "target_greedy_accuracy":
         logger.warning(
             "Toy warm-up stopped by %s at step %d before reaching validation greedy accuracy %.2f; the policy may be "
-            "weaker than intended (test pass@1 %.3f).", stop_reason, step, settings.target_greedy_accuracy,
+            "weaker than intended (test pass@1 %.3f).",
+            stop_reason,
+            step,
+            settings.target_greedy_accuracy,
             test_metrics["pass@1"],
         )
     metrics = {
@@ -457,13 +538,21 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
         "final_loss": loss_value,
         "torch_threads": torch.get_num_threads(),
         "num_parameters": sum(p.numel() for p in model.parameters()),
-        "test_split": {"seed": settings.seed, "num_problems": len(test_problems), "num_samples": settings.num_samples,
-                       "temperature": settings.temperature, **test_metrics},
+        "test_split": {
+            "seed": settings.seed,
+            "num_problems": len(test_problems),
+            "num_samples": settings.num_samples,
+            "temperature": settings.temperature,
+            **test_metrics,
+        },
         "validation_history": history,
         "settings": settings.to_dict(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
-    logger.info("Toy warm-up done: %s", {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics)
+    logger.info(
+        "Toy warm-up done: %s",
+        {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics,
+    )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
@@ -481,8 +570,12 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = warmup_toy_model(
-        args.output_dir, seed=args.seed, max_steps=args.max_steps, time_budget_s=args.time_budget_s,
-        target_greedy_accuracy=args.target_greedy_accuracy, num_test_problems=args.num_test_problems,
+        args.output_dir,
+        seed=args.seed,
+        max_steps=args.max_steps,
+        time_budget_s=args.time_budget_s,
+        target_greedy_accuracy=args.target_greedy_accuracy,
+        num_test_problems=args.num_test_problems,
         num_threads=args.num_threads,
     )
     metrics = json.loads((path / METRICS_FILE).read_text())
