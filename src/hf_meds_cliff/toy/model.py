@@ -1,10 +1,11 @@
 """The tiny Qwen3 policy of the toy world (a real architecture, loadable with ``AutoModelForCausalLM``).
 
 Size choice: MEDS computes one feature per decoder layer and keeps the last N/2 layers, so a 2-layer
-model would give a 1-dimensional feature (a constant after L2 normalisation). Four layers give a
-2-dimensional feature while staying small enough (hidden 64) for the supervised warm-up to reach the
-target accuracy in about three minutes on two CPU cores; on CPU the step time of such small models grows
-with the number of layers more than with their width.
+model would give a 1-dimensional feature (a constant after L2 normalisation). Four layers at hidden 64
+(0.25 M parameters) give a 2-dimensional feature and still fit the warm-up budget: measured side by side
+on a 2-core CPU, a training step (batch 32) takes 0.55-0.8x the time of a 2-layer/hidden-128 model, and
+warm-up (seed 0) reached 50 % validation greedy accuracy after ~1125 steps instead of ~500-900, so the wall
+time is about the same. Hidden 96 or 128 at four layers was 2-4x slower per step.
 """
 
 from __future__ import annotations
