@@ -108,3 +108,21 @@ def test_random_problems_reference_solutions_pass_and_corruptions_are_found_at_t
         left, rest = sentences[wrong_step].split(" = ")
         sentences[wrong_step] = f"{left} = {int(rest) + rng.choice([-1, 1])}"
         assert first_mistake_index(problem, ". ".join(sentences)) == wrong_step
+
+
+def test_checker_and_boxed_integer_agree_with_the_shared_answer_check():
+    from hf_meds_cliff.rewards import check_answer
+    from hf_meds_cliff.toy import boxed_integer
+
+    completions = [
+        CORRECT,  # right
+        "7 + 5 = 13. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}.",  # right answer, wrong step
+        "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{-32}.",  # wrong answer
+        "7 + 5 = 12. 12 * 3 = 36.",  # no box
+    ]
+    for completion in completions:
+        check = check_answer(completion, "32")
+        assert check.correct == (boxed_integer(completion) == 32), completion
+        if first_mistake_index(QUESTION, completion) is None:
+            assert check.correct
+    assert [check_answer(c, "32").status for c in completions] == ["correct", "correct", "wrong", "no_boxed"]
