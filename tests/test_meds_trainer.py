@@ -51,8 +51,8 @@ def _config(output_dir, **overrides) -> MEDSConfig:
         seed=0,
         max_steps=2,
         learning_rate=1e-3,
-        per_device_train_batch_size=16,
-        num_generations=8,
+        per_device_train_batch_size=8,  # 2 prompts x 4 completions per step
+        num_generations=4,
         max_completion_length=72,
         temperature=1.0,
         beta=0.0,
@@ -82,30 +82,16 @@ def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("loss_type", "extra"),
-    [
-        ("grpo", {}),
-        ("dapo", {"scale_rewards": "batch"}),
-        # num_iterations=2: TRL runs its old-log-prob forward, the features come from it (hooks).
-        ("dr_grpo", {"num_iterations": 2, "max_steps": 4}),
-    ],
-)
-def test_train_applies_penalties_and_logs_metrics(toy_policy_path, tmp_path, loss_type, extra):
-    trainer = _trainer(toy_policy_path, _config(tmp_path, loss_type=loss_type, **extra))
-    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
-    trainer.train()
-
+def _assert_penalised_and_logged(trainer, parameters_before, feature_source):
     logs = [record for record in trainer.state.log_history if "meds/frac_penalized" in record]
     assert logs, "no MEDS metrics were logged"
     for key in EXPECTED_METRICS:
         assert key in logs[-1], f"missing metric {key}"
-    # The first generation meets an empty memory; the second one is penalised by the first one's clusters.
+    # The first generation meets an empty memory; later ones are penalised by the earlier clusters.
     assert logs[0]["meds/frac_penalized"] == 0.0
     assert logs[-1]["meds/frac_penalized"] > 0.0
     assert logs[-1]["rewards/meds_penalty/mean"] < 0.0
-    assert logs[-1]["meds/frac_with_feature"] > 0.5
+    assert logs[-1]["meds/frac_with_feature"] > 0.0
 
     # The penalty (target "wrong") is min(α·log(|C|+1), β) on incorrect completions only.
     sizes, penalties = trainer.meds_last_cluster_sizes, trainer.meds_last_penalties
@@ -116,22 +102,61 @@ def test_train_applies_penalties_and_logs_metrics(toy_policy_path, tmp_path, los
     np.testing.assert_allclose(penalties[rows][penalised], expected[penalised], rtol=1e-6)
     assert np.all(penalties[~rows] == 0.0)
     assert trainer.meds_memory.num_rows == sum(int(r["meds/rows"]) for r in logs)
-    assert trainer._meds_last_feature_source == ("captured" if extra.get("num_iterations") else "forward")
+    assert trainer._meds_last_feature_source == feature_source
 
-    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), parameters_before[n])]
     assert changed, "no parameter changed"
 
 
 @pytest.mark.slow
-def test_resume_gives_the_same_cluster_sizes_as_an_uninterrupted_run(toy_policy_path, tmp_path):
+def test_train_meds_script_grpo_end_to_end(toy_policy_path, tmp_path):
+    """scripts/train_meds.py (toy recipe, loss grpo, 2 steps): penalties applied, outputs written."""
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM
+
+    from hf_meds_cliff.script_utils import parse_script_args
+
+    spec = importlib.util.spec_from_file_location("train_meds", REPO_ROOT / "scripts" / "train_meds.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = [
+        "--model_name_or_path", str(toy_policy_path), "--dataset_name", "toy", "--toy_train_size", "2",
+        "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--save_strategy", "no",
+        "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
+        "--max_completion_length", "72", "--learning_rate", "1e-3", "--loss_type", "grpo",
+        "--logging_steps", "1", "--output_dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    trainer = script.main(*parse_script_args(MEDSConfig, "meds", argv=argv))
+    initial = dict(AutoModelForCausalLM.from_pretrained(toy_policy_path).named_parameters())
+    _assert_penalised_and_logged(trainer, {n: p.detach() for n, p in initial.items()}, "forward")
+    for name in ("metrics.jsonl", "meds_metrics.png", "meds_memory", "model.safetensors"):
+        assert (tmp_path / "out" / name).exists(), name
+    assert script.plot_meds_metrics([], tmp_path / "none.png") is None
+
+
+@pytest.mark.slow
+def test_dr_grpo_with_two_iterations_reuses_trl_forward(toy_policy_path, tmp_path):
+    """num_iterations=2: TRL runs its old-log-prob forward, and the features come from it (hooks)."""
+    trainer = _trainer(toy_policy_path, _config(tmp_path, loss_type="dr_grpo", num_iterations=2, max_steps=4))
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    _assert_penalised_and_logged(trainer, before, "captured")
+
+
+@pytest.mark.slow
+def test_dapo_run_and_resume_give_the_same_cluster_sizes(toy_policy_path, tmp_path):
+    """The third loss type (dapo, batch-scaled rewards) end to end, then checkpoint -> resume equality."""
     # TRL's sampler reshuffles every epoch and a resumed run restarts its generator, so the whole run stays
     # inside one epoch (3 steps x 2 prompts = 6 prompts); memory keys still recur through an id column.
     common = dict(
-        max_steps=3, save_strategy="steps", save_steps=2, per_device_train_batch_size=8, num_generations=4,
+        loss_type="dapo", scale_rewards="batch", max_steps=3, save_strategy="steps", save_steps=2,
         meds_prompt_id_column="memory_group",
     )  # fmt: skip
     uninterrupted = _trainer(toy_policy_path, _config(tmp_path / "a", **common), num_prompts=6, memory_groups=2)
+    before = {name: p.detach().clone() for name, p in uninterrupted.model.named_parameters()}
     uninterrupted.train()
+    _assert_penalised_and_logged(uninterrupted, before, "forward")
     checkpoint = tmp_path / "a" / "checkpoint-2"
     assert (checkpoint / "meds_memory").is_dir()
 
@@ -141,6 +166,7 @@ def test_resume_gives_the_same_cluster_sizes_as_an_uninterrupted_run(toy_policy_
     resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
 
     assert resumed.state.global_step == 3
+    assert (uninterrupted.meds_last_cluster_sizes > 0).any(), "the resumed step must meet a non-empty memory"
     np.testing.assert_array_equal(resumed.meds_last_cluster_sizes, uninterrupted.meds_last_cluster_sizes)
     np.testing.assert_array_equal(resumed.meds_last_penalties, uninterrupted.meds_last_penalties)
     assert resumed.meds_memory.state_equal(uninterrupted.meds_memory)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig
+from ..dapo import DAPOConfig
 
 PENALTY_TARGETS = ("wrong", "right", "both", "none")
 NOISE_POLICIES = ("cluster", "ignore")
 
 
 @dataclass
-class MEDSConfig(GRPOConfig):
+class MEDSConfig(DAPOConfig):
     r"""
-    Configuration class for [`MEDSGRPOTrainer`]: every [`trl.GRPOConfig`] parameter plus the ``meds_*`` fields below.
+    Configuration class for [`MEDSGRPOTrainer`]: every [`trl.GRPOConfig`] parameter, DAPO's dynamic sampling
+    (``dynamic_sampling*``, off by default, from [`~hf_meds_cliff.dapo.DAPOConfig`]; the paper trains MEDS on DAPO)
+    and the ``meds_*`` fields below.
 
     MEDS (Memory-Enhanced Dynamic reward Shaping, Liu et al. 2026, arXiv 2604.11297) remembers, per prompt and
     correctness, the layer-wise logit features of past rollouts, clusters them with HDBSCAN and penalises a rollout

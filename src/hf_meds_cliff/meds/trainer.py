@@ -14,6 +14,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from .config import MEDSConfig
@@ -52,7 +53,7 @@ class MEDSPenaltyReward:
         return [0.0] * len(completions)
 
 
-class MEDSGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
+class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
     """GRPO with MEDS reward shaping (memory of past mistakes per prompt, penalised by cluster size).
 
     Every GRPO option keeps working (loss types, ``scale_rewards``, ``num_iterations``, LoRA, vLLM,
@@ -76,6 +77,9 @@ class MEDSGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
     * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the memory with each checkpoint
       (``checkpoint-N/meds_memory``) and restore it on resume.
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
+    * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
+      with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
+      reward. Every generation round goes through the memory, including groups the filter drops.
     """
 
     _tag_names = ["trl", "grpo", "meds", "hf-meds-cliff"]
