@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,12 @@ from hf_meds_cliff.script_utils import toy_recipe_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = {"bf16": False, "use_cpu": True, "report_to": []}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def load_driver():
@@ -193,7 +200,7 @@ def test_two_process_run_equals_one_process_run(tmp_path):
     output = tmp_path / "two.pt"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29617",
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
         str(ROOT / "tests" / "multiproc" / "cliff_driver.py"), "--output", str(output), "--per_device_batch", "6",
     ]  # fmt: skip
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400, check=False)
