@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--max_completion_length", type=int, default=72)
     parser.add_argument("--num_prompts", type=int, default=64, help="toy training prompts (they recur: memory hits)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--policy", default=None, help="policy folder (default: the cached warmed-up toy policy)")
     parser.add_argument("--output_dir", default="/tmp/bench_meds_step")
     cli = parser.parse_args()
 
@@ -91,7 +92,7 @@ def main() -> None:
 
     if cli.threads:
         torch.set_num_threads(cli.threads)
-    policy = warmup_toy_model()
+    policy = cli.policy or warmup_toy_model()
     dataset = make_toy_dataset("train", cli.num_prompts, seed=0)
     times: dict[str, list[float]] = {"grpo": [], "meds": []}
     meds_parts: list[dict[str, float]] = []

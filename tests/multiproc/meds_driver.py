@@ -6,8 +6,8 @@
 1. Fixed batches (gold toy solutions and wrong variants of them, three steps of 12 completions in
    groups of 4, so some groups straddle the two ranks) go through ``MEDSGRPOTrainer._meds_shape``, each
    rank holding its contiguous slice as TRL's sampler gives it. Every rank writes the global cluster
-   sizes, penalties, memory fingerprint and stored features; a 1-process run of the same script is the
-   reference.
+   sizes, penalties, memory fingerprint and stored features; the test runs the same functions in its
+   own single process as the reference.
 2. With ``--train``: two real ``trainer.train()`` steps with groups split across ranks; each rank
    writes the fingerprint of its memory, which must be identical on all ranks.
 """
@@ -56,21 +56,13 @@ def fixed_steps(dataset, tokenizer):
     return steps
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--policy", required=True)
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--train", action="store_true")
-    cli = parser.parse_args()
-
+def build_trainer(policy: str, output_dir: Path, world_size: int) -> MEDSGRPOTrainer:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hf_meds_cliff.toy import make_toy_dataset
 
-    tokenizer = AutoTokenizer.from_pretrained(cli.policy)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
-    dataset = make_toy_dataset("train", 4, seed=0)
-    output_dir = Path(cli.output_dir)
     args = MEDSConfig(
         output_dir=str(output_dir / "trainer"),
         use_cpu=True,
@@ -79,23 +71,28 @@ def main() -> None:
         max_steps=2,
         learning_rate=1e-3,
         # 12 completions per step: with 2 ranks, 6 each, so the middle group of 4 straddles the ranks.
-        per_device_train_batch_size=GROUP * GROUPS_PER_STEP // int(os.environ.get("WORLD_SIZE", "1")),
+        per_device_train_batch_size=GROUP * GROUPS_PER_STEP // world_size,
         num_generations=GROUP,
         max_completion_length=72,
         beta=0.0,
         logging_steps=1,
         report_to="none",
         save_strategy="no",
+        disable_tqdm=True,
     )
-    trainer = MEDSGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(cli.policy),
+    return MEDSGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(policy),
         reward_funcs=[exact_answer_reward],
         args=args,
-        train_dataset=dataset,
+        train_dataset=make_toy_dataset("train", 4, seed=0),
         processing_class=tokenizer,
     )
-    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
 
+
+def run_fixed_batches(trainer: MEDSGRPOTrainer) -> dict:
+    """Push the fixed steps through ``_meds_shape``, this rank holding its slice; global results."""
+    tokenizer, dataset = trainer.processing_class, trainer.train_dataset
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
     cluster_sizes, penalties = [], []
     for rows in fixed_steps(dataset, tokenizer):
         per_rank = len(rows) // world
@@ -115,7 +112,7 @@ def main() -> None:
         cluster_sizes.append(trainer.meds_last_cluster_sizes.tolist())
         penalties.append(step_penalties.tolist())
     memory = trainer.meds_memory
-    result = {
+    return {
         "world_size": world,
         "cluster_sizes": cluster_sizes,
         "penalties": penalties,
@@ -123,12 +120,24 @@ def main() -> None:
         "fixed_memory_rows": memory.num_rows,
         "stored_features": [memory.stored_features(key).tolist() for key in sorted(memory.keys(), key=str)],
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--train", action="store_true")
+    cli = parser.parse_args()
+
+    output_dir = Path(cli.output_dir)
+    trainer = build_trainer(cli.policy, output_dir, int(os.environ.get("WORLD_SIZE", "1")))
+    result = run_fixed_batches(trainer)
     if cli.train:
         trainer.train()
         result["fingerprint_train"] = trainer.meds_memory.fingerprint()
         result["train_memory_rows"] = trainer.meds_memory.num_rows
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / f"rank{rank}.json").write_text(json.dumps(result))
+    (output_dir / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps(result))
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
 
