@@ -336,3 +336,26 @@ def test_import_is_light_and_tensors_are_accepted():
     from_tensor.assign_and_update(["q"] * 6, torch.tensor(STEP_1, dtype=torch.float32))
     from_array.assign_and_update(["q"] * 6, STEP_1.astype(np.float32))
     assert from_tensor.state_equal(from_array)
+
+
+def test_a_failing_fit_leaves_the_memory_unchanged(monkeypatch):
+    import hf_meds_cliff.meds.memory as memory_module
+
+    memory = ErrorMemory()
+    memory.assign_and_update(["a"] * 6 + ["b"] * 6, np.concatenate([STEP_1, STEP_1[::-1]]))
+    before = memory.fingerprint()
+    real = memory_module.labels_from_spanning_tree
+    calls = []
+
+    def fails_on_second_key(tree, min_cluster_size):
+        calls.append(tree.shape[0])
+        if len(calls) == 2:
+            raise RuntimeError("fast_hdbscan went away")
+        return real(tree, min_cluster_size)
+
+    monkeypatch.setattr(memory_module, "labels_from_spanning_tree", fails_on_second_key)
+    with pytest.raises(RuntimeError, match="went away"):
+        memory.assign_and_update(["a", "b", "c"], np.array([unit(1), unit(2), unit(3)]))
+    assert memory.fingerprint() == before and memory.num_updates == 1
+    monkeypatch.setattr(memory_module, "labels_from_spanning_tree", real)
+    assert memory.assign_and_update(["a", "b"], np.array([unit(1), unit(1)])).tolist() == [3, 3]

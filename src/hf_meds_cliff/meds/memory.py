@@ -623,16 +623,19 @@ class ErrorMemory:
         assign_seconds = time.perf_counter() - start
 
         start = time.perf_counter()
-        if self._dim is None:
-            self._dim = points.shape[1]
-        new_keys = 0
+        # Fit every key into new objects first and commit only when all succeeded: a failing fit
+        # (e.g. fast_hdbscan missing) leaves the memory exactly as it was.
+        refitted: dict[Hashable, _KeyMemory] = {}
+        next_row_id = self._next_row_id
         evicted_rows = 0
         for key, rows in rows_by_key.items():
-            entry = self._entries.get(key)
-            if entry is None:
-                entry = self._entries[key] = _KeyMemory(self._dim)
-                new_keys += 1
-            evicted_rows += self._append_and_refit(entry, points[rows])
+            refitted[key], evicted = self._refit(self._entries.get(key), points[rows], next_row_id)
+            next_row_id += rows.shape[0]
+            evicted_rows += evicted
+        new_keys = sum(key not in self._entries for key in refitted)
+        self._entries.update(refitted)
+        self._next_row_id = next_row_id
+        self._dim = points.shape[1]
         fit_seconds = time.perf_counter() - start
         self._num_updates += 1
         self._last_stats = self._stats(
@@ -648,32 +651,35 @@ class ErrorMemory:
         )
         return cluster_sizes
 
-    def _append_and_refit(self, entry: _KeyMemory, new_points: np.ndarray) -> int:
-        """Append rows to one key, evict the oldest beyond the cap, refit. Returns rows evicted."""
-        num_old = entry.num_rows
-        num_new = new_points.shape[0]
-        entry.features = np.ascontiguousarray(np.concatenate([entry.features, new_points]))
-        entry.row_ids = np.concatenate(
-            [entry.row_ids, np.arange(self._next_row_id, self._next_row_id + num_new, dtype=np.int64)]
+    def _refit(
+        self, entry: _KeyMemory | None, new_points: np.ndarray, first_row_id: int
+    ) -> tuple[_KeyMemory, int]:
+        """One key's state after appending ``new_points`` (m, d), evicting the oldest rows beyond
+        the cap and refitting; ``entry`` is not modified. Returns (new state, rows evicted)."""
+        dim = new_points.shape[1]
+        old = entry if entry is not None else _KeyMemory(dim)
+        num_old, num_new = old.num_rows, new_points.shape[0]
+        refitted = _KeyMemory(dim)
+        refitted.features = np.ascontiguousarray(np.concatenate([old.features, new_points]))
+        refitted.row_ids = np.concatenate(
+            [old.row_ids, np.arange(first_row_id, first_row_id + num_new, dtype=np.int64)]
         )
-        self._next_row_id += num_new
         evicted = 0
-        if self.max_rows_per_key is not None and entry.num_rows > self.max_rows_per_key:
-            evicted = entry.num_rows - self.max_rows_per_key
-            entry.features = np.ascontiguousarray(entry.features[evicted:])
-            entry.row_ids = entry.row_ids[evicted:]
-        entry.spanning_tree = self._spanning_tree(entry, num_old, rebuild=evicted > 0)
-        entry.labels = labels_from_spanning_tree(entry.spanning_tree, self.min_cluster_size)
-        return evicted
-
-    def _spanning_tree(self, entry: _KeyMemory, num_old: int, rebuild: bool) -> np.ndarray:
-        points = entry.features
-        if self.min_samples == 1:
+        if self.max_rows_per_key is not None and refitted.num_rows > self.max_rows_per_key:
+            evicted = refitted.num_rows - self.max_rows_per_key
+            refitted.features = np.ascontiguousarray(refitted.features[evicted:])
+            refitted.row_ids = refitted.row_ids[evicted:]
+        points = refitted.features
+        if self.min_samples > 1:
+            tree = _dense_spanning_tree(points, _core_distances(points, self.min_samples))
+        elif evicted or old.spanning_tree is None or num_old < num_new:
             # Kruskal over m·n candidate edges beats Prim's n²/2 only while m is a small share of n.
-            if rebuild or entry.spanning_tree is None or num_old < points.shape[0] - num_old:
-                return _dense_spanning_tree(points, np.zeros(points.shape[0]))
-            return _extend_spanning_tree(points, entry.spanning_tree, num_old)
-        return _dense_spanning_tree(points, _core_distances(points, self.min_samples))
+            tree = _dense_spanning_tree(points, np.zeros(points.shape[0]))
+        else:
+            tree = _extend_spanning_tree(points, old.spanning_tree, num_old)
+        refitted.spanning_tree = tree
+        refitted.labels = labels_from_spanning_tree(tree, self.min_cluster_size)
+        return refitted, evicted
 
     def _stats(
         self,
