@@ -172,9 +172,9 @@ class StepOutcome:
             ``"fallback_endpoint"``. Only ``"cliff"`` groups get token-level advantages.
         first_mistake: per row, for incorrect rows of Cliff groups the sentence index where the incorrect suffix
             starts (0 = the whole rollout is the suffix, plain GRPO treatment); ``None`` for every other row.
-        sentence_spans: per row, the character spans of the sentences the teacher saw (only filled for rows with
-            a first mistake > 0; empty otherwise). The trainer maps ``sentence_spans[i][first_mistake[i]][0]`` to
-            a token index.
+        sentence_spans: per row, the character spans of the sentences the teacher saw, filled only for rows
+            where the teacher located a mistake (including at sentence 0); empty otherwise (correct, truncated,
+            disagreement, malformed answer). Non-empty spans mark the rows counted in the position metrics.
         counters: step counters (summed over the step, not averaged), see :meth:`CliffJudge.process_step`.
         values: per-row or per-rollout samples of step statistics whose mean is logged (e.g. agreement).
     """
