@@ -408,3 +408,75 @@ def test_compare_rejects_non_summaries(tmp_path):
         compare_summaries([tmp_path / "x.json"], tmp_path / "out")
     with pytest.raises(ValueError, match="No summary at"):
         compare_summaries([tmp_path / "missing"], tmp_path / "out")
+
+
+def test_backend_selection_errors(monkeypatch):
+    from hf_meds_cliff.evaluation import build_backend, generation
+
+    with pytest.raises(ValueError, match="backend='bogus' is not one of"):
+        build_backend("bogus", "m")
+    monkeypatch.setattr(generation.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ValueError, match="vLLM is not installed"):
+        build_backend("vllm", "m")
+    assert generation.vllm_available() is False
+
+
+def test_vllm_backend_against_a_recording_fake(monkeypatch, toy_tokenizer):
+    """The vLLM backend's calls (engine args, one SamplingParams(n=...) per prompt, LoRA) and output parsing."""
+    import types
+
+    from hf_meds_cliff.evaluation import SamplingSettings, VLLMBackend
+
+    calls = {}
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            calls["engine"] = kwargs
+
+        def get_tokenizer(self):
+            return toy_tokenizer
+
+        def generate(self, prompts, sampling_params, lora_request=None, use_tqdm=True):
+            calls["generate"] = (prompts, sampling_params, lora_request)
+            return [
+                types.SimpleNamespace(
+                    outputs=[
+                        types.SimpleNamespace(
+                            text=f"\\boxed{{{i}}}", token_ids=[1] * (i + 2), finish_reason=reason
+                        )
+                        for i, reason in enumerate(["stop"] * (params.n - 1) + ["length"])
+                    ]
+                )
+                for params in sampling_params
+            ]
+
+    fake_vllm = types.ModuleType("vllm")
+    fake_vllm.LLM = FakeLLM
+    fake_vllm.SamplingParams = lambda **kwargs: types.SimpleNamespace(**kwargs)
+    fake_lora = types.ModuleType("vllm.lora.request")
+    fake_lora.LoRARequest = lambda name, lora_id, path: ("lora", name, lora_id, path)
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", fake_lora)
+
+    backend = VLLMBackend("some/model", adapter_path="adapter-dir", max_model_len=4096)
+    assert calls["engine"]["enable_lora"] is True and calls["engine"]["max_model_len"] == 4096
+    prompts = [
+        [{"role": "user", "content": "Compute 1 + 2."}],
+        [{"role": "user", "content": "Compute 3 * 2."}],
+    ]
+    groups = backend.generate(
+        prompts, [11, 12], SamplingSettings(num_samples=3, temperature=1.0, top_p=0.9, max_new_tokens=64)
+    )
+    texts, params, lora = calls["generate"]
+    assert texts == [
+        toy_tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
+    ]
+    assert [(p.n, p.seed, p.top_p, p.max_tokens) for p in params] == [(3, 11, 0.9, 64), (3, 12, 0.9, 64)]
+    assert lora == ("lora", "adapter", 1, "adapter-dir")
+    assert len(groups) == 2
+    assert [(s.text, s.num_tokens, s.truncated) for s in groups[0]] == [
+        ("\\boxed{0}", 2, False),
+        ("\\boxed{1}", 3, False),
+        ("\\boxed{2}", 4, True),
+    ]

@@ -202,6 +202,7 @@ class VLLMBackend:
         tensor_parallel_size, gpu_memory_utilization, max_model_len, dtype: passed to ``vllm.LLM``.
         max_lora_rank: the largest LoRA rank vLLM reserves room for.
         chat_template_kwargs: passed to ``apply_chat_template``.
+        tokenizer_name_or_path: tokenizer folder or Hub id (default: the model's).
     """
 
     name = "vllm"
@@ -216,11 +217,13 @@ class VLLMBackend:
         dtype: str = "auto",
         max_lora_rank: int = 64,
         chat_template_kwargs: dict | None = None,
+        tokenizer_name_or_path: str | None = None,
     ):
         from vllm import LLM
 
         engine_kwargs: dict[str, Any] = {
             "model": model_name_or_path,
+            "tokenizer": tokenizer_name_or_path or model_name_or_path,
             "tensor_parallel_size": tensor_parallel_size,
             "gpu_memory_utilization": gpu_memory_utilization,
             "dtype": dtype,
@@ -292,6 +295,7 @@ def build_backend(name: str, model_name_or_path: str, **kwargs: Any) -> Generati
             "dtype",
             "max_lora_rank",
             "chat_template_kwargs",
+            "tokenizer_name_or_path",
         }
         return VLLMBackend(model_name_or_path, **{k: v for k, v in kwargs.items() if k in accepted})
     accepted = {
