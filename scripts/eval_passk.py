@@ -1,9 +1,12 @@
-"""pass@k evaluation of a model on math benchmarks (unbiased estimator, math-verify scoring).
+r"""pass@k evaluation of a model on math benchmarks (unbiased estimator, math-verify scoring).
 
-Toy policy on CPU (no download; the toy test split is built in):
+Toy world on CPU (no download; the toy test split is built in). ``toy`` is the cached warmed-up
+policy every training script starts from; compare it with a trained one:
 
-    python scripts/eval_passk.py --model_name_or_path runs/toy-meds --benchmarks toy \
-        --num_samples 8 --output_dir runs/eval/toy-meds
+    python scripts/eval_passk.py --model_name_or_path toy --output_dir runs/eval/toy-warmup
+    python scripts/eval_passk.py --model_name_or_path outputs/meds-toy --label toy-meds \
+        --output_dir runs/eval/toy-meds
+    python scripts/eval_passk.py --compare runs/eval/toy-warmup runs/eval/toy-meds --output_dir runs/eval/compare
 
 A real model on GPUs with the MEDS paper's settings (vLLM when installed, else transformers):
 
@@ -13,9 +16,7 @@ A real model on GPUs with the MEDS paper's settings (vLLM when installed, else t
         --output_dir runs/eval/qwen3-1.7b
 
 Add ``--adapter_path runs/meds-lora`` for a LoRA adapter. Re-running the same command resumes (the
-problems already in ``samples.jsonl`` are skipped). Compare runs on one plot:
-
-    python scripts/eval_passk.py --compare runs/eval/toy-grpo runs/eval/toy-meds --output_dir runs/eval/compare
+problems already in ``samples.jsonl`` are skipped).
 
 Outputs: ``samples.jsonl``, ``summary.json``, ``passk.csv``, ``passk.png`` (see
 ``hf_meds_cliff.evaluation.runner``).

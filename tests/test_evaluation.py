@@ -293,6 +293,8 @@ def test_eval_arguments_bad_input(tmp_path):
         EvalArguments(model_name_or_path=str(tmp_path / "no-model"), output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="--model_name_or_path is required"):
         EvalArguments(output_dir=str(tmp_path))
+    toy = EvalArguments(model_name_or_path="toy", output_dir=str(tmp_path))  # the cached warm-up policy
+    assert toy.model_label() == "toy-warmup" and toy.max_new_tokens == 96 and toy.k_values == [1, 2, 4, 8]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -36,6 +36,9 @@ from .summary import average_summaries, default_k_values, summarize_records, val
 
 logger = logging.getLogger(__name__)
 
+TOY_MODEL = "toy"
+"""``--model_name_or_path toy``: the cached warmed-up toy policy (the same one the training scripts start from)."""
+
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "eval_config.json"
@@ -61,7 +64,11 @@ class EvalArguments:
     """Arguments of ``scripts/eval_passk.py`` and :func:`run_evaluation`."""
 
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Model folder or Hub id to evaluate (required unless --compare)."}
+        default=None,
+        metadata={
+            "help": "Model folder or Hub id to evaluate (required unless --compare), or `toy` for the cached "
+            "warmed-up toy policy (built on first use, a few minutes on CPU)."
+        },
     )
     output_dir: str | None = field(
         default=None, metadata={"help": "Folder for samples.jsonl, summary.json, passk.csv and passk.png."}
@@ -174,6 +181,8 @@ class EvalArguments:
             raise ValueError(f"verify_timeout={self.verify_timeout} must be > 0 seconds.")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}.")
+        if self.model_name_or_path == TOY_MODEL:
+            return
         model_path = Path(self.model_name_or_path)
         looks_local = (
             model_path.is_absolute() or self.model_name_or_path.startswith(".") or model_path.exists()
@@ -186,8 +195,19 @@ class EvalArguments:
     def model_label(self) -> str:
         if self.label:
             return self.label
+        if self.model_name_or_path == TOY_MODEL:
+            return "toy-warmup"
         name = Path(self.model_name_or_path.rstrip("/")).name
         return f"{name}+{Path(self.adapter_path.rstrip('/')).name}" if self.adapter_path else name
+
+
+def resolve_model_path(args: EvalArguments) -> str:
+    """The model to load: the cached warmed-up toy policy for ``toy``, else ``model_name_or_path``."""
+    if args.model_name_or_path == TOY_MODEL:
+        from ..toy import warmup_toy_model
+
+        return str(warmup_toy_model(seed=args.toy_seed))
+    return args.model_name_or_path
 
 
 def problem_seed(seed: int, problem: EvalProblem) -> int:
@@ -322,7 +342,7 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         if backend is None:
             backend = build_backend(
                 args.backend,
-                args.model_name_or_path,
+                resolve_model_path(args),
                 adapter_path=args.adapter_path,
                 tokenizer_name_or_path=args.tokenizer_name_or_path,
                 batch_size=args.batch_size,
