@@ -81,7 +81,11 @@ def main() -> None:
     parser.add_argument("--num_generations", type=int, default=8)
     parser.add_argument("--max_completion_length", type=int, default=72)
     parser.add_argument("--num_prompts", type=int, default=64, help="toy training prompts (they recur: memory hits)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch CPU threads (default 1: on a busy 2-core box 2 OpenMP threads make the toy's tiny matmuls "
+        "10-100x slower and the timings meaningless)",
+    )  # fmt: skip
     parser.add_argument("--policy", default=None, help="policy folder (default: the cached warmed-up toy policy)")
     parser.add_argument("--output_dir", default="/tmp/bench_meds_step")
     cli = parser.parse_args()

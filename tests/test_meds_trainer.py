@@ -36,6 +36,16 @@ EXPECTED_METRICS = (
 )
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """One torch thread: on the shared 2-core CI box two OpenMP threads spin against each other and every
+    tiny matmul of the toy model gets 10-100x slower (measured: ~30 us vs 1-8 ms per 16x64x256 linear)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def exact_answer_reward(completions, answer, **kwargs):
     """1.0 when the last \\boxed{} integer equals the ground truth (the toy world's exact check)."""
     from hf_meds_cliff.data import completion_text

@@ -277,7 +277,14 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         start = time.perf_counter()
         if len(rows) > 0:
             memory_keys = [(keys[i], bool(is_correct[i])) for i in rows]
-            sizes = np.asarray(self.meds_memory.assign_and_update(memory_keys, features[rows].numpy()), dtype=np.int64)
+            torch_threads = torch.get_num_threads()
+            try:
+                sizes = self.meds_memory.assign_and_update(memory_keys, features[rows].numpy())
+            finally:
+                # The first numba-parallel fit initialises the OpenMP runtime torch shares and resets its
+                # thread count (measured: 1 -> 2 on a 2-core box); keep the user's setting for training.
+                torch.set_num_threads(torch_threads)
+            sizes = np.asarray(sizes, dtype=np.int64)
             cluster_sizes[rows] = sizes
             rewards = correctness_reward[rows].numpy().astype(np.float64)
             shaped = np.asarray(
