@@ -1,8 +1,8 @@
 """Shared test setup: offline environment defaults, two torch threads and the toy-world fixtures.
 
 ``toy_policy_path`` is the warmed-up toy policy from the on-disk cache (``$HF_MEDS_CLIFF_CACHE/toy/<key>``,
-default ``~/.cache/hf_meds_cliff``): built once on first use (about three minutes on two CPU cores), then
-reused by every later session. It emits ``\\boxed{}`` answers, some right and some wrong, so groups of
+default ``~/.cache/hf_meds_cliff``): built once on first use (~7 minutes measured on a busy 2-core
+machine), then reused by every later session. It emits ``\\boxed{}`` answers, some right and some wrong, so groups of
 8 samples per prompt are often mixed.
 """
 
@@ -34,4 +34,4 @@ def toy_policy_path() -> Path:
     """Folder of the cached warmed-up toy policy (model, tokenizer, ``warmup_metrics.json``)."""
     from hf_meds_cliff.toy import warmup_toy_model
 
-    return warmup_toy_model(num_threads=2)
+    return warmup_toy_model()
