@@ -90,6 +90,15 @@ def test_check_answer_without_math_verify_workers(completion, truth, status):
     assert check.correct is (status == "correct")
 
 
+def test_integers_beyond_pythons_conversion_limit():
+    """int() refuses strings of more than 4300 digits; a model can box one, and that must not crash."""
+    huge = "9" * 5000
+    assert check_answer("\\boxed{" + huge + "}", huge).status == "correct"
+    assert check_answer("\\boxed{-" + huge + "}", huge).status == "wrong"
+    assert check_answer("\\boxed{00" + huge + "}", huge).correct
+    assert normalize_answer("0" + huge) == huge
+
+
 @pytest.mark.parametrize(
     ("completion", "truth", "correct"),
     [

@@ -6,7 +6,7 @@ soft overlong penalty, as picklable TRL reward functions.
 True
 """
 
-from .extraction import extract_boxed_answer, normalize_answer, parse_integer
+from .extraction import canonical_integer, extract_boxed_answer, normalize_answer
 from .functions import MathAnswerReward, OverlongPenaltyReward
 from .verifier import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -26,11 +26,11 @@ __all__ = [
     "MathAnswerReward",
     "MathVerifyPool",
     "OverlongPenaltyReward",
+    "canonical_integer",
     "check_answer",
     "check_answers",
     "default_pool",
     "extract_boxed_answer",
     "math_verify_equal",
     "normalize_answer",
-    "parse_integer",
 ]

@@ -115,28 +115,32 @@ def normalize_answer(answer: str) -> str:
     ):
         text = text.replace(old, new)
     text = re.sub(r"\s+", "", text).rstrip(".")
-    if _THOUSANDS_PATTERN.fullmatch(text):
-        text = text.replace(",", "")
-    if _INTEGER_PATTERN.fullmatch(text):
-        return str(int(text))
+    integer = canonical_integer(text)
+    if integer is not None:
+        return integer
     if _DECIMAL_PATTERN.fullmatch(text):
         text = text.rstrip("0").rstrip(".")
         return text if text not in ("", "-", "+") else "0"
     return text
 
 
-def parse_integer(answer: str) -> int | None:
-    """The integer an answer denotes when it is written as a plain integer, else ``None``.
+def canonical_integer(answer: str) -> str | None:
+    """The canonical digits of an answer written as a plain integer (sign, no leading zeros), else ``None``.
 
     The fast path of :func:`~hf_meds_cliff.rewards.check_answer`: two plain integers are compared
-    without math-verify (no sympy, no worker process).
+    without math-verify (no sympy, no worker process). Strings, not ``int``: Python refuses to convert
+    integers of more than 4300 digits, and a model can write one.
 
-    >>> parse_integer(" -12 "), parse_integer("$007$"), parse_integer("1,000"), parse_integer("1/2")
-    (-12, 7, 1000, None)
+    >>> canonical_integer(" -12 "), canonical_integer("$007$"), canonical_integer("1,000"), canonical_integer("1/2")
+    ('-12', '7', '1000', None)
+    >>> canonical_integer("-0"), canonical_integer("+5")
+    ('0', '5')
     """
     text = answer.strip().strip("$").strip().replace("\\!", "").replace("{,}", ",")
     if _THOUSANDS_PATTERN.fullmatch(text):
         text = text.replace(",", "")
-    if _INTEGER_PATTERN.fullmatch(text):
-        return int(text)
-    return None
+    if not _INTEGER_PATTERN.fullmatch(text):
+        return None
+    sign = "-" if text[0] == "-" else ""
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    return sign + digits if digits != "0" else "0"

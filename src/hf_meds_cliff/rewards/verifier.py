@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..data import completion_text
-from .extraction import extract_boxed_answer, normalize_answer, parse_integer
+from .extraction import canonical_integer, extract_boxed_answer, normalize_answer
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,10 @@ class _Worker:
         return _read_line(self.process.stdout, timeout) == _READY
 
     def send(self, ground_truth: str, prediction: str) -> None:
-        self.process.stdin.write(json.dumps([ground_truth, prediction]).encode() + b"\n")
+        payload = memoryview(json.dumps([ground_truth, prediction]).encode() + b"\n")
+        while payload:  # a raw pipe write may be partial for long answers
+            written = self.process.stdin.write(payload)
+            payload = payload[written:]
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -374,7 +377,7 @@ def check_answers(
         if extracted is None:
             checks[index] = AnswerCheck(correct=False, extracted=None, status="no_boxed")
             continue
-        gold_integer, predicted_integer = parse_integer(gold), parse_integer(extracted)
+        gold_integer, predicted_integer = canonical_integer(gold), canonical_integer(extracted)
         if gold_integer is not None and predicted_integer is not None:
             equal = gold_integer == predicted_integer
             checks[index] = AnswerCheck(
