@@ -199,3 +199,18 @@ def test_cached_toy_policy_gives_mixed_groups_of_boxed_answers(toy_policy_path):
                 assert is_correct, text  # a completion the checker passes has the right answer
     assert sum(boxed_integer(t) is not None for group in completions for t in group) >= 0.8 * 64
     assert any(0 < c < 8 for c in correct_counts), correct_counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "accuracy", "steps", "stop_reason"),
+    [
+        ({"max_steps": 5}, 1.0, 2, "target_greedy_accuracy"),  # first check at eval_start_step=2
+        ({"max_steps": 5, "time_budget_s": 1e-9}, 0.0, 1, "time_budget"),
+    ],
+)
+def test_stop_rules(tmp_path, monkeypatch, overrides, accuracy, steps, stop_reason):
+    monkeypatch.setattr(warmup_module, "greedy_accuracy", lambda *args, **kwargs: accuracy)
+    path = warmup_toy_model(tmp_path / "policy", **{**TINY, **overrides})
+    metrics = json.loads((path / "warmup_metrics.json").read_text())
+    assert (metrics["steps"], metrics["stop_reason"]) == (steps, stop_reason)
