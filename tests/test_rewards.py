@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import time
 
 import pytest
 
@@ -132,19 +131,17 @@ def test_conversational_completions(pool):
     assert checks[0].extracted == "\\frac{3}{6}"
 
 
+@pytest.mark.timeout(300)  # a hang (the failure this guards against) fails here instead of stalling the suite
 def test_pathological_answer_times_out_without_blocking_the_batch(pool):
-    started = time.monotonic()
     checks = check_answers(
         ["\\boxed{" + PATHOLOGICAL + "}", "\\boxed{\\frac{4}{2}}", "\\boxed{2}"],
         ["2", "2", "2"],
         pool=pool,
-        timeout=2,
+        timeout=4,
     )
-    elapsed = time.monotonic() - started
     assert [c.status for c in checks] == ["timeout", "correct", "correct"]
     assert checks[0].correct is False
     assert pool.timeouts >= 1 and pool.restarts >= 1
-    assert elapsed < 60  # generous: a hang would never return; the bound is the 2 s timeout plus restarts
     # the killed worker is replaced and the pool keeps working
     assert check_answers(["\\boxed{0.25}"], ["\\frac14"], pool=pool, timeout=20)[0].correct
 
