@@ -34,6 +34,9 @@ def test_incompatible_options_are_rejected_with_the_fix():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="--bf16 false"):
             parse_script_args(GRPOConfig, "grpo", argv=["--bf16", "true"])
+        # A real model without a recipe gets TRL's bf16 default: the error says how to run on CPU.
+        with pytest.raises(ValueError, match="--bf16 false --use_cpu true"):
+            parse_script_args(GRPOConfig, "grpo", argv=["--model_name_or_path", "Qwen/Qwen3-1.7B"])
     with pytest.raises(ValueError, match="Unknown reward function 'acc'"):
         parse_script_args(GRPOConfig, "grpo", argv=["--reward_funcs", "acc"])
     with pytest.raises(ValueError, match="overlong_buffer_length 512 must be in"):
@@ -42,7 +45,7 @@ def test_incompatible_options_are_rejected_with_the_fix():
 
 def test_missing_local_model_path_is_a_clear_error(tmp_path):
     script_args, _, model_args = parse_script_args(
-        GRPOConfig, "grpo", argv=["--model_name_or_path", str(tmp_path / "nope"), "--bf16", "false"]
+        GRPOConfig, "grpo", argv=["--model_name_or_path", str(tmp_path / "nope"), "--bf16", "false", "--use_cpu", "true"]
     )
     with pytest.raises(ValueError, match="looks like a local path but does not exist"):
         resolve_model_path(script_args, model_args)
@@ -57,6 +60,7 @@ def test_train_grpo_smoke_run_trains_and_writes_outputs(tmp_path, toy_policy_pat
         GRPOConfig,
         "grpo",
         argv=[
+            "--config", str(toy_recipe_path("grpo")),
             "--model_name_or_path", str(toy_policy_path),
             "--output_dir", str(tmp_path / "out"),
             "--max_steps", "2",

@@ -107,7 +107,15 @@ def parse_script_args(config_cls: type, method: str, argv: Sequence[str] | None 
     if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
         args = ["--config", str(toy_recipe_path(method)), *args]
     parser = build_parser(config_cls, *extra)
-    parsed = parser.parse_args_and_config(args=args)
+    try:
+        parsed = parser.parse_args_and_config(args=args)
+    except ValueError as err:
+        if "bf16" in str(err):  # transformers' message does not say which flags to pass
+            raise ValueError(
+                f"{err} TRL's configs default to bf16=True: on a machine without a GPU pass "
+                "`--bf16 false --use_cpu true`."
+            ) from err
+        raise
     script_args, training_args, model_args = parsed[:3]
     check_compatibility(script_args, training_args, model_args)
     return parsed
@@ -176,11 +184,11 @@ def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) 
     return expanded if os.path.exists(expanded) else name
 
 
-def load_tokenizer(model_path: str, model_args: ModelConfig):
+def load_tokenizer(model_path: str, model_args: ModelConfig, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(
-        model_path, revision=model_args.model_revision, trust_remote_code=model_args.trust_remote_code
+        model_path, revision=model_args.model_revision, trust_remote_code=trust_remote_code
     )
     tokenizer.padding_side = "left"  # a saved tokenizer does not keep it; TRL left-pads prompts
     if tokenizer.pad_token is None:
@@ -249,7 +257,7 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
     model_path = resolve_model_path(script_args, model_args)
     model_init_kwargs = {
         "revision": model_args.model_revision,
-        "trust_remote_code": model_args.trust_remote_code,
+        "trust_remote_code": training_args.trust_remote_code,  # a GRPOConfig field in TRL 1.16
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
     }
@@ -262,7 +270,7 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
         reward_funcs=build_reward_funcs(script_args, training_args),
         args=training_args,
         train_dataset=load_train_dataset(script_args),
-        processing_class=load_tokenizer(model_path, model_args),
+        processing_class=load_tokenizer(model_path, model_args, training_args.trust_remote_code),
         peft_config=get_peft_config(model_args),
         **({"quantization_config": quantization_config} if quantization_config is not None else {}),
         **trainer_kwargs,
