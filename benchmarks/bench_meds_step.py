@@ -35,23 +35,23 @@ def run(method: str, policy, dataset, cli) -> tuple[list[float], dict[str, float
     from hf_meds_cliff.meds.config import MEDSConfig
     from hf_meds_cliff.meds.trainer import MEDSGRPOTrainer
 
-    values = dict(
-        output_dir=os.path.join(cli.output_dir, method),
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        max_steps=cli.warmup + cli.steps,
-        learning_rate=cli.learning_rate,
-        per_device_train_batch_size=cli.batch_size,
-        num_generations=cli.num_generations,
-        max_completion_length=cli.max_completion_length,
-        beta=0.0,
-        loss_type="dapo",
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-    )
+    values = {
+        "output_dir": os.path.join(cli.output_dir, method),
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+        "max_steps": cli.warmup + cli.steps,
+        "learning_rate": cli.learning_rate,
+        "per_device_train_batch_size": cli.batch_size,
+        "num_generations": cli.num_generations,
+        "max_completion_length": cli.max_completion_length,
+        "beta": 0.0,
+        "loss_type": "dapo",
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+    }
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(policy)
@@ -60,13 +60,22 @@ def run(method: str, policy, dataset, cli) -> tuple[list[float], dict[str, float
     else:
         trainer_cls, args = GRPOTrainer, GRPOConfig(**values)
     trainer = trainer_cls(
-        model=model, reward_funcs=[exact_answer_reward], args=args, train_dataset=dataset, processing_class=tokenizer
+        model=model,
+        reward_funcs=[exact_answer_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
     )
     trainer.train()
     logs = [r for r in trainer.state.log_history if "step_time" in r]
     step_times = [r["step_time"] for r in logs[cli.warmup :]]
     parts = {}
-    for key in ("meds/time_features_s", "meds/time_clustering_s", "meds/frac_penalized", "completions/mean_length"):
+    for key in (
+        "meds/time_features_s",
+        "meds/time_clustering_s",
+        "meds/frac_penalized",
+        "completions/mean_length",
+    ):
         values_after = [r[key] for r in logs[cli.warmup :] if key in r]
         if values_after:
             parts[key] = statistics.mean(values_after)
@@ -74,14 +83,18 @@ def run(method: str, policy, dataset, cli) -> tuple[list[float], dict[str, float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=6, help="timed steps per round and method")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of each run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating GRPO/MEDS rounds")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--num_generations", type=int, default=8)
     parser.add_argument("--max_completion_length", type=int, default=72)
-    parser.add_argument("--num_prompts", type=int, default=64, help="toy training prompts (they recur: memory hits)")
+    parser.add_argument(
+        "--num_prompts", type=int, default=64, help="toy training prompts (they recur: memory hits)"
+    )
     parser.add_argument(
         "--threads", type=int, default=1,
         help="torch CPU threads (default 1: on a busy 2-core box 2 OpenMP threads make the toy's tiny matmuls "
@@ -93,7 +106,9 @@ def main() -> None:
         "the ratio is MEDS' own overhead; with a positive rate the policies drift apart and completion lengths "
         "(hence generation time) differ between the methods",
     )  # fmt: skip
-    parser.add_argument("--policy", default=None, help="policy folder (default: the cached warmed-up toy policy)")
+    parser.add_argument(
+        "--policy", default=None, help="policy folder (default: the cached warmed-up toy policy)"
+    )
     parser.add_argument("--output_dir", default="/tmp/bench_meds_step")
     cli = parser.parse_args()
 

@@ -37,13 +37,22 @@ def bpe_tokenizer():
     rng = random.Random(0)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(" ", behavior="merged_with_next"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        [
+            pre_tokenizers.Split(" ", behavior="merged_with_next"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
     )
     tokenizer.decoder = decoders.ByteLevel()
-    corpus = [f"So x = {rng.randint(0, 99)}. The answer is \\boxed{{1{rng.randint(0, 99)}}}." for _ in range(400)]
-    corpus += [f"Then \\boxed{{x+{rng.randint(0, 9)}}} or \\boxed{{-{rng.randint(0, 9)}}}." for _ in range(50)]
+    corpus = [
+        f"So x = {rng.randint(0, 99)}. The answer is \\boxed{{1{rng.randint(0, 99)}}}." for _ in range(400)
+    ]
+    corpus += [
+        f"Then \\boxed{{x+{rng.randint(0, 9)}}} or \\boxed{{-{rng.randint(0, 9)}}}." for _ in range(50)
+    ]
     trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<pad>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=300,
+        special_tokens=["<pad>", "<eos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tokenizer.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>")
@@ -130,16 +139,16 @@ def test_locate_answer_token_on_toy_tokenizer(toy_tokenizer):
 
 def _tiny_model(kind: str, vocab_size: int = 64, num_layers: int = 4):
     torch.manual_seed(0)
-    common = dict(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-    )
+    common = {
+        "vocab_size": vocab_size,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+        "tie_word_embeddings": False,
+    }
     if kind == "qwen3":
         config = transformers.Qwen3Config(head_dim=8, **common)
     elif kind == "llama":
@@ -159,8 +168,12 @@ def _random_batch(vocab_size=64, rows=5, seed=1):
     generator = torch.Generator().manual_seed(seed)
     prompts, completions, locations = [], [], []
     for row in range(rows):
-        prompt = torch.randint(2, vocab_size, (int(torch.randint(3, 9, (1,), generator=generator)),), generator=generator)
-        completion = torch.randint(2, vocab_size, (int(torch.randint(4, 12, (1,), generator=generator)),), generator=generator)
+        prompt = torch.randint(
+            2, vocab_size, (int(torch.randint(3, 9, (1,), generator=generator)),), generator=generator
+        )
+        completion = torch.randint(
+            2, vocab_size, (int(torch.randint(4, 12, (1,), generator=generator)),), generator=generator
+        )
         query = int(torch.randint(-1, len(completion) - 1, (1,), generator=generator))
         prompts.append(prompt.tolist())
         completions.append(completion.tolist())
@@ -199,7 +212,9 @@ def test_hook_logits_equal_slow_hidden_states_path(kind, logit_lens):
     assert has_feature.tolist() == [True, True, False, True, True]
     assert torch.all(features[2] == 0) and torch.all(layer_logits[2] == 0)
     for row in (0, 1, 3, 4):
-        slow = _slow_layer_logits(model, prompts[row], completions[row], locations[row], layer_indices, logit_lens)
+        slow = _slow_layer_logits(
+            model, prompts[row], completions[row], locations[row], layer_indices, logit_lens
+        )
         torch.testing.assert_close(layer_logits[row], slow, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(features[row], slow / slow.norm(), atol=1e-5, rtol=1e-5)
 
@@ -209,7 +224,9 @@ def test_default_keeps_last_half_and_layer_diff():
     prompts, completions, locations = _random_batch()
     features, _, layer_logits = answer_logit_features(model, prompts, completions, locations)
     assert features.shape == (5, 2) and layer_logits.shape == (5, 2)  # last 2 of 4 layers
-    all_layers = answer_logit_features(model, prompts, completions, locations, [0, 1, 2, 3], use_layer_diff=True)
+    all_layers = answer_logit_features(
+        model, prompts, completions, locations, [0, 1, 2, 3], use_layer_diff=True
+    )
     diffs = all_layers[2][:, 1:] - all_layers[2][:, :-1]
     torch.testing.assert_close(all_layers[0][0], diffs[0] / diffs[0].norm())
     torch.testing.assert_close(layer_logits, all_layers[2][:, 2:])
@@ -219,7 +236,7 @@ def test_capture_on_left_padded_full_forward_matches_own_forward():
     """The hooks also work inside a forward TRL runs anyway (left-padded prompt + full completion)."""
     model = _tiny_model("qwen3")
     prompts, completions, locations = _random_batch()
-    own, _, own_logits = answer_logit_features(model, prompts, completions, locations, [1, 2, 3])
+    _, _, own_logits = answer_logit_features(model, prompts, completions, locations, [1, 2, 3])
     prompt_len = max(map(len, prompts))
     completion_len = max(map(len, completions))
     input_ids = torch.zeros((5, prompt_len + completion_len), dtype=torch.long)
@@ -227,7 +244,9 @@ def test_capture_on_left_padded_full_forward_matches_own_forward():
     for row, (p, c) in enumerate(zip(prompts, completions)):
         input_ids[row, prompt_len - len(p) : prompt_len + len(c)] = torch.tensor(p + c)
         mask[row, prompt_len - len(p) : prompt_len + len(c)] = 1
-    positions = torch.tensor([prompt_len + (loc.query_index if loc else -prompt_len - 1) for loc in locations])
+    positions = torch.tensor(
+        [prompt_len + (loc.query_index if loc else -prompt_len - 1) for loc in locations]
+    )
     targets = torch.tensor([loc.target_id if loc else 0 for loc in locations])
     parts = resolve_decoder(model)
     position_ids = (mask.cumsum(1) - 1).clamp_min(0)
@@ -245,7 +264,9 @@ def test_peft_and_wrapped_models_use_adapted_layers():
     model = _tiny_model("qwen3")
     prompts, completions, locations = _random_batch()
     base_logits = answer_logit_features(model, prompts, completions, locations)[2]
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    config = peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+    )
     peft_model = peft.get_peft_model(model, config)
     lora_logits = answer_logit_features(peft_model, prompts, completions, locations)[2]
     assert not torch.allclose(lora_logits, base_logits), "LoRA must be active in the features"
@@ -254,7 +275,9 @@ def test_peft_and_wrapped_models_use_adapted_layers():
         torch.testing.assert_close(lora_logits[row], slow, atol=1e-5, rtol=1e-5)
     wrapped = nn.DataParallel(peft_model)
     assert resolve_decoder(wrapped).layers is resolve_decoder(peft_model).layers
-    torch.testing.assert_close(answer_logit_features(wrapped, prompts, completions, locations)[2], lora_logits)
+    torch.testing.assert_close(
+        answer_logit_features(wrapped, prompts, completions, locations)[2], lora_logits
+    )
 
 
 def test_bad_inputs_raise_clear_errors():

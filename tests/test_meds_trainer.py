@@ -55,23 +55,23 @@ def exact_answer_reward(completions, answer, **kwargs):
 
 
 def _config(output_dir, **overrides) -> MEDSConfig:
-    values = dict(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        max_steps=2,
-        learning_rate=1e-3,
-        per_device_train_batch_size=8,  # 2 prompts x 4 completions per step
-        num_generations=4,
-        max_completion_length=72,
-        temperature=1.0,
-        beta=0.0,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        dataloader_num_workers=0,
-    )
+    values = {
+        "output_dir": str(output_dir),
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+        "max_steps": 2,
+        "learning_rate": 1e-3,
+        "per_device_train_batch_size": 8,  # 2 prompts x 4 completions per step
+        "num_generations": 4,
+        "max_completion_length": 72,
+        "temperature": 1.0,
+        "beta": 0.0,
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "dataloader_num_workers": 0,
+    }
     values.update(overrides)
     return MEDSConfig(**values)
 
@@ -87,9 +87,15 @@ def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
     model = AutoModelForCausalLM.from_pretrained(policy_path)
     dataset = make_toy_dataset("train", num_prompts, seed=0)  # few prompts: they recur, the memory hits
     if memory_groups is not None:  # distinct prompts sharing memory keys through the id column
-        dataset = dataset.add_column("memory_group", [f"group-{i % memory_groups}" for i in range(num_prompts)])
+        dataset = dataset.add_column(
+            "memory_group", [f"group-{i % memory_groups}" for i in range(num_prompts)]
+        )
     return MEDSGRPOTrainer(
-        model=model, reward_funcs=[exact_answer_reward], args=args, train_dataset=dataset, processing_class=tokenizer
+        model=model,
+        reward_funcs=[exact_answer_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
     )
 
 
@@ -115,7 +121,9 @@ def _assert_penalised_and_logged(trainer, parameters_before, feature_source):
     assert trainer.meds_memory.num_rows == sum(int(r["meds/rows"]) for r in logs)
     assert trainer._meds_last_feature_source == feature_source
 
-    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), parameters_before[n])]
+    changed = [
+        n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), parameters_before[n])
+    ]
     assert changed, "no parameter changed"
 
 
@@ -160,11 +168,13 @@ def test_dapo_run_and_resume_give_the_same_cluster_sizes(toy_policy_path, tmp_pa
     """The third loss type (dapo, batch-scaled rewards) end to end, then checkpoint -> resume equality."""
     # TRL's sampler reshuffles every epoch and a resumed run restarts its generator, so the whole run stays
     # inside one epoch (3 steps x 2 prompts = 6 prompts); memory keys still recur through an id column.
-    common = dict(
-        loss_type="dapo", scale_rewards="batch", max_steps=3, save_strategy="steps", save_steps=2,
-        meds_prompt_id_column="memory_group",
-    )  # fmt: skip
-    uninterrupted = _trainer(toy_policy_path, _config(tmp_path / "a", **common), num_prompts=6, memory_groups=2)
+    common = {
+        "loss_type": "dapo", "scale_rewards": "batch", "max_steps": 3, "save_strategy": "steps", "save_steps": 2,
+        "meds_prompt_id_column": "memory_group",
+    }  # fmt: skip
+    uninterrupted = _trainer(
+        toy_policy_path, _config(tmp_path / "a", **common), num_prompts=6, memory_groups=2
+    )
     before = {name: p.detach().clone() for name, p in uninterrupted.model.named_parameters()}
     uninterrupted.train()
     _assert_penalised_and_logged(uninterrupted, before, "forward")
@@ -228,7 +238,9 @@ def test_two_processes_match_one_process(toy_policy_path, tmp_path):
         torchrun, "--nproc_per_node", "2", "--master_port", "29612", str(DRIVER),
         "--policy", str(toy_policy_path), "--output_dir", str(out), "--train",
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    completed = subprocess.run(
+        command, check=False, env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT
+    )
     assert completed.returncode == 0, completed.stderr[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -239,7 +251,9 @@ def test_two_processes_match_one_process(toy_policy_path, tmp_path):
     reference = driver.run_fixed_batches(driver.build_trainer(str(toy_policy_path), tmp_path / "np1", 1))
 
     assert reference["world_size"] == 1
-    assert any(size > 0 for step in reference["cluster_sizes"] for size in step), "the fixed batch never hit memory"
+    assert any(size > 0 for step in reference["cluster_sizes"] for size in step), (
+        "the fixed batch never hit memory"
+    )
     for rank_result in ranks:
         assert rank_result["world_size"] == 2
         assert rank_result["cluster_sizes"] == reference["cluster_sizes"]

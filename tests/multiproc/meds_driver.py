@@ -101,13 +101,19 @@ def run_fixed_batches(trainer: MEDSGRPOTrainer) -> dict:
         inputs = [{"prompt": prompt, "problem_id": pid} for prompt, pid, _, _ in local]
         completion_ids = [ids for _, _, ids, _ in local]
         prompt_ids = [
-            tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+            tokenizer.apply_chat_template(
+                prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
             for prompt in prompts
         ]
-        trainer._meds_prompt_ids = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompt_ids]
+        trainer._meds_prompt_ids = [
+            list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompt_ids
+        ]
         trainer._meds_locations = None
         trainer._meds_captured_logits = None
-        gathered_rewards = torch.tensor([[reward, 0.0] for _, _, _, reward in rows])  # as _calculate_rewards gathers
+        gathered_rewards = torch.tensor(
+            [[reward, 0.0] for _, _, _, reward in rows]
+        )  # as _calculate_rewards gathers
         step_penalties = trainer._meds_shape(inputs, prompts, completion_ids, gathered_rewards)
         cluster_sizes.append(trainer.meds_last_cluster_sizes.tolist())
         penalties.append(step_penalties.tolist())

@@ -50,12 +50,16 @@ class MEDSConfig(DAPOConfig):
 
     meds_alpha: float = field(
         default=0.1,
-        metadata={"help": "α: slope of the penalty min(α·log(|C|+1), β). Paper: 0.1 (Qwen3-1.7B, Qwen2.5-Math-7B), "
-        "0.02 (Qwen3-8B)."},
+        metadata={
+            "help": "α: slope of the penalty min(α·log(|C|+1), β). Paper: 0.1 (Qwen3-1.7B, Qwen2.5-Math-7B), "
+            "0.02 (Qwen3-8B)."
+        },
     )
     meds_beta: float = field(
         default=0.2,
-        metadata={"help": "β: cap of the penalty min(α·log(|C|+1), β). Paper: 0.2 (with α=0.1), 0.04 (with α=0.02)."},
+        metadata={
+            "help": "β: cap of the penalty min(α·log(|C|+1), β). Paper: 0.2 (with α=0.1), 0.04 (with α=0.02)."
+        },
     )
     meds_penalty_target: str = field(
         default="wrong",
@@ -67,21 +71,30 @@ class MEDSConfig(DAPOConfig):
     )
     meds_num_layers: int | None = field(
         default=None,
-        metadata={"help": "Number of last decoder layers whose answer logits form the feature; None = the last half "
-        "(the paper's best: 14 of 28)."},
+        metadata={
+            "help": "Number of last decoder layers whose answer logits form the feature; None = the last half "
+            "(the paper's best: 14 of 28)."
+        },
     )
     meds_use_layer_diff: bool = field(
         default=False,
-        metadata={"help": "Use first differences of the per-layer logits (the paper's 'diff' ablation) instead of the "
-        "logits."},
+        metadata={
+            "help": "Use first differences of the per-layer logits (the paper's 'diff' ablation) instead of the "
+            "logits."
+        },
     )
     meds_logit_lens: bool = field(
         default=False,
-        metadata={"help": "Apply the model's final norm to every layer's hidden state before the LM-head row (logit "
-        "lens). Off = the reference: raw states, where only the last layer is normed."},
+        metadata={
+            "help": "Apply the model's final norm to every layer's hidden state before the LM-head row (logit "
+            "lens). Off = the reference: raw states, where only the last layer is normed."
+        },
     )
     meds_knn_k: int = field(
-        default=3, metadata={"help": "k of the k-nearest-neighbour vote that assigns a new rollout to a stored cluster."}
+        default=3,
+        metadata={
+            "help": "k of the k-nearest-neighbour vote that assigns a new rollout to a stored cluster."
+        },
     )
     meds_min_cluster_size: int = field(
         default=2, metadata={"help": "HDBSCAN min_cluster_size of the per-prompt memory fit (reference: 2)."}
@@ -99,26 +112,36 @@ class MEDSConfig(DAPOConfig):
     )
     meds_max_rows_per_key: int | None = field(
         default=None,
-        metadata={"help": "Cap on stored features per (prompt, correctness) memory key, oldest evicted first; None "
-        "keeps all (the paper)."},
+        metadata={
+            "help": "Cap on stored features per (prompt, correctness) memory key, oldest evicted first; None "
+            "keeps all (the paper)."
+        },
     )
     meds_prompt_id_column: str | None = field(
         default="problem_id",
-        metadata={"help": "Dataset column that identifies a prompt for the memory. When the column is missing (or "
-        "this is None) the prompt is identified by a stable hash of its content."},
+        metadata={
+            "help": "Dataset column that identifies a prompt for the memory. When the column is missing (or "
+            "this is None) the prompt is identified by a stable hash of its content."
+        },
     )
     meds_correctness_reward_index: int = field(
         default=0,
-        metadata={"help": "Index (in reward_funcs) of the verifiable reward that decides correctness and is shaped."},
+        metadata={
+            "help": "Index (in reward_funcs) of the verifiable reward that decides correctness and is shaped."
+        },
     )
     meds_correctness_threshold: float = field(
         default=1.0,
-        metadata={"help": "A rollout is correct when its correctness reward is >= this value (1.0 for 0/1 rewards)."},
+        metadata={
+            "help": "A rollout is correct when its correctness reward is >= this value (1.0 for 0/1 rewards)."
+        },
     )
     meds_save_memory: bool = field(
         default=True,
-        metadata={"help": "Save the error memory (npz + JSON) in every checkpoint and restore it on resume, so a "
-        "resumed run assigns the same cluster sizes as an uninterrupted one."},
+        metadata={
+            "help": "Save the error memory (npz + JSON) in every checkpoint and restore it on resume, so a "
+            "resumed run assigns the same cluster sizes as an uninterrupted one."
+        },
     )
 
     def __post_init__(self):
@@ -138,7 +161,9 @@ class MEDSConfig(DAPOConfig):
                 "(reference) or 'ignore' (paper wording)."
             )
         if self.meds_num_layers is not None and self.meds_num_layers < 1:
-            raise ValueError(f"meds_num_layers={self.meds_num_layers} must be >= 1, or None for the last half.")
+            raise ValueError(
+                f"meds_num_layers={self.meds_num_layers} must be >= 1, or None for the last half."
+            )
         if self.meds_use_layer_diff and self.meds_num_layers is not None and self.meds_num_layers < 2:
             raise ValueError(
                 f"meds_use_layer_diff needs at least 2 layers but meds_num_layers={self.meds_num_layers}; raise it."
@@ -146,11 +171,15 @@ class MEDSConfig(DAPOConfig):
         if self.meds_knn_k < 1:
             raise ValueError(f"meds_knn_k={self.meds_knn_k} must be >= 1 (reference: 3).")
         if self.meds_min_cluster_size < 2:
-            raise ValueError(f"meds_min_cluster_size={self.meds_min_cluster_size} must be >= 2 (HDBSCAN's minimum).")
+            raise ValueError(
+                f"meds_min_cluster_size={self.meds_min_cluster_size} must be >= 2 (HDBSCAN's minimum)."
+            )
         if self.meds_min_samples < 1:
             raise ValueError(f"meds_min_samples={self.meds_min_samples} must be >= 1 (reference: 1).")
         if self.meds_max_rows_per_key is not None and self.meds_max_rows_per_key < 1:
-            raise ValueError(f"meds_max_rows_per_key={self.meds_max_rows_per_key} must be >= 1, or None for no cap.")
+            raise ValueError(
+                f"meds_max_rows_per_key={self.meds_max_rows_per_key} must be >= 1, or None for no cap."
+            )
         if self.meds_correctness_reward_index < 0:
             raise ValueError(
                 f"meds_correctness_reward_index={self.meds_correctness_reward_index} must be >= 0 (an index into "

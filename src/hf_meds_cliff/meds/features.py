@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,9 @@ def _decode(tokenizer, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def locate_answer_token(completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER) -> AnswerLocation | None:
+def locate_answer_token(
+    completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER
+) -> AnswerLocation | None:
     """Locate the first token of the final answer (the one after the last ``\\boxed{``).
 
     Let ``b`` be the completion token that contains the ``{`` of the last ``\\boxed{`` (found on the
@@ -118,10 +121,14 @@ def locate_answer_token(completion_ids: Sequence[int], tokenizer, marker: str = 
     prefix = _decode(tokenizer, ids[start : start + low])
     answer_starts_inside = len(prefix) > prefix.rfind(marker) + len(marker)
     if answer_starts_inside:
-        return AnswerLocation(query_index=brace_index - 1, target_index=brace_index, target_id=ids[brace_index])
+        return AnswerLocation(
+            query_index=brace_index - 1, target_index=brace_index, target_id=ids[brace_index]
+        )
     if brace_index + 1 >= n:
         return None
-    return AnswerLocation(query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1])
+    return AnswerLocation(
+        query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1]
+    )
 
 
 def locate_answer_tokens(
@@ -187,7 +194,9 @@ def resolve_decoder(model: nn.Module) -> DecoderParts:
         body = getattr(base, body_name, None)
         layers = getattr(body, layers_name, None) if body is not None else None
         if isinstance(layers, nn.ModuleList) and len(layers) > 0:
-            return DecoderParts(body=body, layers=layers, final_norm=getattr(body, norm_name, None), lm_head=lm_head)
+            return DecoderParts(
+                body=body, layers=layers, final_norm=getattr(body, norm_name, None), lm_head=lm_head
+            )
     raise ValueError(
         f"Cannot find the decoder layers of {type(base).__name__}: MEDS supports the Qwen2/Qwen3/Llama layout "
         "(`model.model.layers`, `model.model.norm`, `model.lm_head`) and GPT-2's (`model.transformer.h`). "
@@ -216,7 +225,9 @@ def select_layers(num_model_layers: int, num_layers: int | None = None) -> list[
     return list(range(num_model_layers - keep, num_model_layers))
 
 
-def features_from_layer_logits(layer_logits: torch.Tensor, use_layer_diff: bool = False, eps: float = 1e-12) -> torch.Tensor:
+def features_from_layer_logits(
+    layer_logits: torch.Tensor, use_layer_diff: bool = False, eps: float = 1e-12
+) -> torch.Tensor:
     """Turn per-layer answer logits into MEDS features.
 
     Args:
@@ -291,7 +302,7 @@ class AnswerLogitCapture:
 
         return hook
 
-    def __enter__(self) -> AnswerLogitCapture:
+    def __enter__(self) -> Self:
         for layer_index in self.layer_indices:
             handle = self.parts.layers[layer_index].register_forward_hook(self._make_hook(layer_index))
             self._handles.append(handle)

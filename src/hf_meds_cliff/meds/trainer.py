@@ -6,7 +6,7 @@ import logging
 import os
 import textwrap
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -82,10 +82,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
       reward. Every generation round goes through the memory, including groups the filter drops.
     """
 
-    _tag_names = ["trl", "grpo", "meds", "hf-meds-cliff"]
+    _tag_names: ClassVar[list[str]] = ["trl", "grpo", "meds", "hf-meds-cliff"]
     _name = "MEDS"
     _config_prefix = "meds_"
-    _paper = {
+    _paper: ClassVar[dict[str, str]] = {
         "title": "The Past Is Not Past: Memory-Enhanced Dynamic Reward Shaping",
         "id": "2604.11297",
         # docstyle-ignore
@@ -98,7 +98,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             }"""),
     }
 
-    def __init__(self, model, reward_funcs=None, args: MEDSConfig | None = None, *trainer_args, **trainer_kwargs):
+    def __init__(
+        self, model, reward_funcs=None, args: MEDSConfig | None = None, *trainer_args, **trainer_kwargs
+    ):
         if args is None:
             name = model if isinstance(model, str) else model.config._name_or_path
             args = MEDSConfig(f"{str(name).split('/')[-1]}-MEDS")
@@ -108,7 +110,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 "MEDSConfig(**your_grpo_config.to_dict()) or pass the meds_* fields to MEDSConfig."
             )
         if reward_funcs is None:
-            raise ValueError("MEDSGRPOTrainer needs reward_funcs: the verifiable reward that defines correctness.")
+            raise ValueError(
+                "MEDSGRPOTrainer needs reward_funcs: the verifiable reward that defines correctness."
+            )
         user_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         if not args.meds_correctness_reward_index < len(user_funcs):
             raise ValueError(
@@ -119,7 +123,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         if args.reward_weights is not None and len(args.reward_weights) == len(user_funcs):
             args.reward_weights = [*args.reward_weights, 1.0]  # the penalty column has weight 1
         super().__init__(model, [*user_funcs, self.meds_penalty_func], args, *trainer_args, **trainer_kwargs)
-        self._meds_penalty_index = next(i for i, f in enumerate(self.reward_funcs) if f is self.meds_penalty_func)
+        self._meds_penalty_index = next(
+            i for i, f in enumerate(self.reward_funcs) if f is self.meds_penalty_func
+        )
 
         self.meds_memory = ErrorMemory(
             min_cluster_size=args.meds_min_cluster_size,
@@ -171,8 +177,14 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             self._meds_arm_capture = False
         return outputs
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        if not getattr(self, "_meds_arm_capture", False) or model is not self.model or self._meds_locations is None:
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+    ):
+        if (
+            not getattr(self, "_meds_arm_capture", False)
+            or model is not self.model
+            or self._meds_locations is None
+        ):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
@@ -186,7 +198,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
         capture = AnswerLogitCapture(
-            self._meds_decoder_parts(), self._meds_layer_indices, positions, logit_lens=self.args.meds_logit_lens
+            self._meds_decoder_parts(),
+            self._meds_layer_indices,
+            positions,
+            logit_lens=self.args.meds_logit_lens,
         )
         with capture:
             result = super()._get_per_token_logps_and_entropies(
@@ -252,7 +267,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         rewards_per_func[:, self._meds_penalty_index] = penalties.to(rewards_per_func.device)
         return rewards_per_func
 
-    def _meds_shape(self, inputs, prompts, completion_ids_list, rewards_per_func: torch.Tensor) -> torch.Tensor:
+    def _meds_shape(
+        self, inputs, prompts, completion_ids_list, rewards_per_func: torch.Tensor
+    ) -> torch.Tensor:
         """Update the memory with the gathered features and return the penalty column ``(B_global,)``."""
         args = self.args
         device = self.accelerator.device
@@ -288,7 +305,14 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             cluster_sizes[rows] = sizes
             rewards = correctness_reward[rows].numpy().astype(np.float64)
             shaped = np.asarray(
-                shape_rewards(rewards, is_correct[rows], sizes, args.meds_alpha, args.meds_beta, args.meds_penalty_target),
+                shape_rewards(
+                    rewards,
+                    is_correct[rows],
+                    sizes,
+                    args.meds_alpha,
+                    args.meds_beta,
+                    args.meds_penalty_target,
+                ),
                 dtype=np.float64,
             )
             penalties[rows] = torch.from_numpy(shaped - rewards).float()
@@ -296,7 +320,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
 
         self.meds_last_cluster_sizes = cluster_sizes
         self.meds_last_penalties = penalties.numpy().copy()
-        self._meds_log(features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering)
+        self._meds_log(
+            features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
+        )
         process_slice = slice(
             self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
         )
@@ -304,7 +330,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         logger.debug("MEDS step: %d/%d rows with features (%s)", int(scored.sum()), len(keys), source)
         return penalties
 
-    def _meds_log(self, features, cluster_sizes, penalties, has_feature, scored, time_features, time_clustering):
+    def _meds_log(
+        self, features, cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
+    ):
         metrics = self._metrics["train"]
         num = len(cluster_sizes)
         metrics["meds/frac_with_feature"].append(float(has_feature.float().mean()) if num else 0.0)
