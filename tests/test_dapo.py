@@ -115,3 +115,47 @@ def test_dynamic_sampling_off_is_plain_grpo(tiny_policy, tmp_path):
     trainer = make_trainer(tiny_policy, tmp_path, constant_reward, dynamic_sampling=False, max_steps=1)
     trainer.train()
     assert not any("dynamic_sampling/rounds" in r for r in trainer.state.log_history)
+
+
+@pytest.mark.slow
+def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tmp_path):
+    """Cliff composes with dynamic sampling: each round is judged, then kept rows are merged as (B, T)."""
+    from transformers import AutoTokenizer
+
+    from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
+    from hf_meds_cliff.rewards import MathAnswerReward
+    from hf_meds_cliff.toy import make_toy_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
+    tokenizer.padding_side = "left"
+    args = CliffConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=16,
+        num_generations=8, max_completion_length=64, logging_steps=1, report_to="none", save_strategy="no",
+        dynamic_sampling=True, dynamic_sampling_max_rounds=10, cliff_teacher="rule",
+    )
+    trainer = CliffGRPOTrainer(
+        model=str(toy_policy_path), reward_funcs=[MathAnswerReward()], args=args,
+        train_dataset=make_toy_dataset("train", 64, seed=0), processing_class=tokenizer,
+    )
+    outputs = []
+    original = CliffGRPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        outputs.append(original(self, inputs))
+        return outputs[-1]
+
+    CliffGRPOTrainer._generate_and_score_completions = spy
+    try:
+        trainer.train()
+    finally:
+        CliffGRPOTrainer._generate_and_score_completions = original
+    trainer.close_teacher()
+    batch = outputs[0]
+    advantages = batch["advantages"]
+    assert advantages.shape == batch["completion_mask"].shape  # token-level after merging rounds
+    assert (advantages * batch["completion_mask"]).abs().sum(dim=1).view(-1, 8).sum(dim=1).gt(0).all()
+    logged = trainer.state.log_history[0]
+    assert logged["dynamic_sampling/rounds"] >= 1 and "cliff/groups_cliff" in logged
+    modes = list(trainer._logs["extra"]["cliff_group_mode"])
+    assert len(modes) == len(trainer._logs["completion"]) and set(modes) <= {
+        "cliff", "skipped", "fallback_unverified", "fallback_endpoint"}

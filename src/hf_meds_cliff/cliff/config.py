@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig
+from ..dapo import DAPOConfig
 
 TEACHER_KINDS = ("rule", "http", "transformers")
 SELF_CONSISTENCY_REDUCERS = ("median", "majority")
 
 
 @dataclass
-class CliffConfig(GRPOConfig):
+class CliffConfig(DAPOConfig):
     r"""
-    Configuration class for [`CliffGRPOTrainer`]: every [`trl.GRPOConfig`] parameter plus the ``cliff_*`` fields below.
+    Configuration class for [`CliffGRPOTrainer`]: every [`trl.GRPOConfig`] parameter, DAPO's dynamic sampling
+    (:class:`~hf_meds_cliff.dapo.DAPOConfig`, off by default) and the ``cliff_*`` fields below.
 
     Cliff ("learning process rewards from the first mistake") asks a teacher for the first mistaken sentence of each
     incorrect rollout of a mixed group and gives the tokens before it ``λ·A_cor − b`` and the tokens from it on

@@ -16,6 +16,7 @@ from accelerate.utils import gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from .advantages import cliff_token_advantages, first_mistake_token_positions
@@ -27,9 +28,14 @@ logger = logging.getLogger(__name__)
 CLIFF_STATE_NAME = "cliff_state.json"
 
 
-class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
+class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
     r"""
     Cliff (learning process rewards from the first mistake) on top of TRL's [`~trl.GRPOTrainer`].
+
+    Use :class:`CliffGRPOTrainer`, which is this class with DAPO's dynamic sampling available
+    (``dynamic_sampling=True``; off by default). The sampling wraps this class's
+    ``_generate_and_score_completions``, so every generation round is judged and gets its token advantages
+    before rounds are merged; zero-variance groups, which the sampling drops, cost no teacher call anyway.
 
     For every mixed group (some rollouts correct, some not) a teacher that solved the problem correctly (reference
     filter) locates the first mistaken sentence p(a) of each incorrect rollout; the tokens before it get
@@ -201,6 +207,10 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         )
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
+        # Judge inspection: each rollout's first-mistake sentence (None = plain GRPO) beside TRL's completions table,
+        # which super() has just extended with this step's gathered completions in the same order.
+        self._logs["extra"]["cliff_first_mistake"].extend(outcome.first_mistake)
+        self._logs["extra"]["cliff_group_mode"].extend(outcome.group_modes)
         teacher_counts = self._teacher_counter_deltas(world_size)
 
         # Sentence index -> token index for this process's rows; then all rows, for the group baselines.
@@ -295,6 +305,16 @@ class CliffGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
     def close_teacher(self) -> None:
         """Close the teacher's client/model and its event loop."""
         self.cliff_judge.close()
+
+
+class CliffGRPOTrainer(DynamicSamplingMixin, CliffTokenAdvantageTrainer):
+    __doc__ = CliffTokenAdvantageTrainer.__doc__.split("Use :class:`CliffGRPOTrainer`")[0] + (
+        "With ``dynamic_sampling=True`` (:class:`~hf_meds_cliff.dapo.DAPOConfig` fields, inherited by\n"
+        "    :class:`CliffConfig`), DAPO's dynamic sampling wraps ``_generate_and_score_completions`` from the outside\n"
+        "    (:class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`): each round is judged, then rounds are merged.\n"
+        + CliffTokenAdvantageTrainer.__doc__.split("rounds are merged; zero-variance groups, which the sampling drops, "
+                                                  "cost no teacher call anyway.", 1)[1]
+    )
 
 
 def _ground_truth(value: Any) -> str | None:
