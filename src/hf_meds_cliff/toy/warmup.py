@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..evaluation.estimators import pass_at_k
 from .model import ToyModelConfig, build_toy_model, toy_generation_config
 from .task import ToyProblem, ToyTaskConfig, iter_problems
 from .tokenizer import TOKENIZER_VERSION, build_toy_tokenizer
@@ -371,17 +372,6 @@ def generate_completions(
             )
     model.train(was_training)
     return [texts[i * num_samples : (i + 1) * num_samples] for i in range(len(questions))]
-
-
-def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
-    """Unbiased pass@k estimate (Chen et al., 2021) from ``num_correct`` of ``num_samples`` samples.
-
-    >>> pass_at_k(8, 0, 8), pass_at_k(8, 1, 8), pass_at_k(4, 2, 1)
-    (0.0, 1.0, 0.5)
-    """
-    if num_samples - num_correct < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / n for n in range(num_samples - num_correct + 1, num_samples + 1))
 
 
 def evaluate_policy(
