@@ -1,4 +1,4 @@
-"""Shared test setup: offline environment defaults, two torch threads and the toy-world fixtures.
+"""Shared test setup: offline environment defaults, one torch thread and the toy-world fixtures.
 
 ``toy_policy_path`` is the warmed-up toy policy from the on-disk cache (``$HF_MEDS_CLIFF_CACHE/toy/<key>``,
 default ``~/.cache/hf_meds_cliff``): built once on first use (~7 minutes measured on a busy 2-core
@@ -18,7 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 import torch
 
-torch.set_num_threads(2)
+# The toy models are tiny: a second thread costs more in synchronisation than it gains, and on a shared
+# 2-core machine it made forwards up to 30x slower (measured). The warm-up uses one thread too.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
