@@ -93,7 +93,10 @@ def main() -> None:
     parser.add_argument("--num_generations", type=int, default=8)
     parser.add_argument("--max_completion_length", type=int, default=72)
     parser.add_argument(
-        "--num_prompts", type=int, default=64, help="toy training prompts (they recur: memory hits)"
+        "--num_prompts",
+        type=int,
+        default=16,
+        help="toy training prompts (16 = each recurs every 4 steps: memory hits)",
     )
     parser.add_argument(
         "--threads", type=int, default=1,

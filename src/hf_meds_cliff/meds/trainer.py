@@ -70,6 +70,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
       the rewards (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation ×
       num_iterations``, or vLLM importance-sampling correction), the features are captured from that
       forward with layer hooks instead of running a new one.
+      (Numerically the captured features equal the own-forward ones up to float noise, except for
+      completions masked by ``mask_truncated_completions``, whose completion tokens TRL masks out.)
     * ``_calculate_rewards``: computes the features (own no-grad forward of the decoder body over
       prompt + completion truncated at the answer position, unless captured above), gathers them with
       the prompt keys across processes, updates the memory identically on every rank, and fills the
