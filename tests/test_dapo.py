@@ -159,3 +159,15 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     modes = list(trainer._logs["extra"]["cliff_group_mode"])
     assert len(modes) == len(trainer._logs["completion"]) and set(modes) <= {
         "cliff", "skipped", "fallback_unverified", "fallback_endpoint"}
+    # The card TRL writes on save/push, with the method section and the pass@k model-index (offline).
+    summary = {"benchmarks": {"toy": {"pass@k": {"1": 0.3, "8": 0.7}}}}
+    (tmp_path / "summary.json").write_text(__import__("json").dumps(summary))
+    trainer.create_model_card(model_name="toy-cliff")
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(tmp_path / "README.md")
+    assert {"cliff", "trl", "hf-meds-cliff"} <= set(card.data.tags)
+    assert "## Cliff settings" in card.text and "| `cliff_lam` | `0.0` |" in card.text
+    assert "| toy | 30.00 | 70.00 |" in card.text
+    metrics = card.data.model_index[0]["results"][0]["metrics"]
+    assert [(m["type"], m["value"]) for m in metrics] == [("pass@1", 0.3), ("pass@8", 0.7)]
