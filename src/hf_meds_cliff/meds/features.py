@@ -154,6 +154,23 @@ class DecoderParts:
     lm_head: nn.Module
 
 
+def full_parameters(*modules: nn.Module | None) -> contextlib.AbstractContextManager:
+    """Context in which the parameters of ``modules`` are whole, for reading them outside a forward pass.
+
+    Under DeepSpeed ZeRO-3 a parameter outside its module's forward is an empty shard; MEDS reads
+    ``B`` LM-head rows (and the final norm) after the decoder forward, so the weights are gathered for that
+    read (``deepspeed.zero.GatheredParameters``, read-only: the whole LM head, transiently, once per step;
+    DeepSpeed has no row-level gather). Without ZeRO-3 this is a no-op. Not exercised here (no DeepSpeed on
+    the CI machine); the single-process path is what the tests check.
+    """
+    params = [p for m in modules if m is not None for p in m.parameters(recurse=False)]
+    if any(hasattr(p, "ds_id") for p in params):
+        import deepspeed
+
+        return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
+    return contextlib.nullcontext()
+
+
 def _unwrap(model: nn.Module) -> nn.Module:
     # DDP / DataParallel / accelerate wrappers keep the real model in `.module`; torch.compile in `_orig_mod`.
     while True:
@@ -334,14 +351,17 @@ class AnswerLogitCapture:
         states = self.hidden_states()  # (B, k, H)
         num_model_layers = len(self.parts.layers)
         norm = self.parts.final_norm
-        if norm is not None:
-            norm_dtype = next(norm.parameters(), states).dtype
-            for column, layer_index in enumerate(self.layer_indices):
-                if self.logit_lens or layer_index == num_model_layers - 1:
-                    states[:, column] = norm(states[:, column].to(norm_dtype)).float()
-        weight = self.parts.lm_head.weight
-        targets = target_ids.long().to(weight.device)
-        rows = weight[targets].float().to(states.device)  # (B, H): one LM-head row per sample
+        with full_parameters(self.parts.lm_head, norm):
+            if norm is not None:
+                norm_dtype = next(norm.parameters(), states).dtype
+                for column, layer_index in enumerate(self.layer_indices):
+                    if self.logit_lens or layer_index == num_model_layers - 1:
+                        states[:, column] = norm(states[:, column].to(norm_dtype)).float()
+            weight = self.parts.lm_head.weight
+            if hasattr(weight, "full_tensor"):  # FSDP2 DTensor, sharded over ranks
+                weight = weight.full_tensor()
+            targets = target_ids.long().to(weight.device)
+            rows = weight[targets].float().to(states.device)  # (B, H): one LM-head row per sample
         logits = torch.einsum("bkh,bh->bk", states, rows)
         bias = getattr(self.parts.lm_head, "bias", None)
         if bias is not None:
