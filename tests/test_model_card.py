@@ -1,5 +1,7 @@
 from dataclasses import dataclass, field
 
+import pytest
+
 from hf_meds_cliff.model_card import (
     method_hyperparameters,
     model_index_from_summary,
@@ -49,3 +51,21 @@ def test_rendered_section_has_table_command_and_percentages():
     assert "| toy | 25.00 | 50.00 | 75.00 |" in text
     assert "| aime24 | 10.00 |  |  |" in text
     assert "No pass@k evaluation" in render_method_section("Cliff", {}, "c", None)
+
+
+def test_add_passk_results_updates_metadata_and_table(tmp_path):
+    from huggingface_hub import ModelCard, ModelCardData
+
+    from hf_meds_cliff.model_card import add_passk_results
+
+    text = render_method_section("MEDS", {"meds_alpha": 0.1}, "python x.py", None)
+    card = ModelCard.from_template(ModelCardData(tags=["meds"]), template_str="---\n{{ card_data }}\n---\n# m\n" + text)
+    path = tmp_path / "README.md"
+    card.save(path)
+    add_passk_results(path, SUMMARY, "toy-meds")
+    updated = ModelCard.load(path)
+    assert updated.data.model_index[0]["name"] == "toy-meds"
+    assert "| toy | 25.00 | 50.00 | 75.00 |" in updated.text
+    assert "No pass@k evaluation" not in updated.text and "| `meds_alpha` | `0.1` |" in updated.text
+    with pytest.raises(ValueError, match="no pass@k results"):
+        add_passk_results(path, {"benchmarks": {}})

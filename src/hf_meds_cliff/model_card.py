@@ -116,6 +116,30 @@ def find_passk_summary(output_dir: str | os.PathLike) -> dict[str, Any] | None:
     return None
 
 
+def add_passk_results(card_path: str | os.PathLike, summary: Mapping[str, Any], model_name: str | None = None) -> None:
+    """Put a pass@k summary into an existing card: the ``model-index`` metadata and the section's table.
+
+    For a card written at the end of training, before ``scripts/eval_passk.py`` ran:
+    ``python -m hf_meds_cliff.model_card MODEL_DIR --summary EVAL_DIR/summary.json``.
+    """
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(card_path)
+    index = model_index_from_summary(summary, model_name or Path(card_path).parent.name)
+    if not index:
+        raise ValueError(f"The summary has no pass@k results (keys: {sorted(summary)}); pass a summary.json of eval_passk.py.")
+    card.data.model_index = index
+    table = render_method_section("", {}, "", summary).split("### pass@k", 1)[1].strip()
+    marker = "### pass@k"
+    if marker in card.text:
+        head, tail = card.text.split(marker, 1)
+        rest = tail.split("\n## ", 1)
+        card.text = f"{head}{marker}\n\n{table}\n" + (f"\n## {rest[1]}" if len(rest) > 1 else "")
+    else:
+        card.text += f"\n{marker}\n\n{table}\n"
+    card.save(card_path)
+
+
 class MethodModelCardMixin:
     """Adds the method section and pass@k ``model-index`` to the card TRL writes.
 
@@ -143,3 +167,18 @@ class MethodModelCardMixin:
             if index:
                 card.data.model_index = index
         card.save(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Add pass@k results (eval_passk.py's summary.json) to a model card.")
+    parser.add_argument("model_dir", help="Folder holding the README.md card written by training.")
+    parser.add_argument("--summary", required=True, help="summary.json written by scripts/eval_passk.py.")
+    parser.add_argument("--model_name", default=None)
+    args = parser.parse_args(argv)
+    add_passk_results(Path(args.model_dir) / "README.md", json.loads(Path(args.summary).read_text()), args.model_name)
+
+
+if __name__ == "__main__":
+    main()

@@ -295,9 +295,10 @@ def run_training(trainer_cls: type, script_args, training_args, model_args, **tr
     trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)
+    dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name
+    trainer.create_model_card(dataset_name=dataset_name)  # README.md; rank 0 only (TRL checks)
     if trainer.accelerator.is_main_process:
         write_metrics(trainer, training_args.output_dir)
     if training_args.push_to_hub:
-        dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name
         trainer.push_to_hub(dataset_name=dataset_name)
     return trainer
