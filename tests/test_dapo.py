@@ -171,3 +171,37 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     assert "| toy | 30.00 | 70.00 |" in card.text
     metrics = card.data.model_index[0]["results"][0]["metrics"]
     assert [(m["type"], m["value"]) for m in metrics] == [("pass@1", 0.3), ("pass@8", 0.7)]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_dynamic_sampling_with_two_processes_keeps_whole_groups(tmp_path):
+    """Groups split across ranks: the redistributed batch is full on both ranks and made of whole groups."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    driver = Path(__file__).parent / "multiproc" / "dapo_driver.py"
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+               str(driver), str(out)]
+    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400, check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    ranks = sorted(json.loads(out.read_text()), key=lambda r: r["rank"])
+    assert len(ranks) == 2 and len(ranks[0]["batches"]) == len(ranks[1]["batches"]) == 2
+    for step in range(2):
+        local = [r["batches"][step] for r in ranks]
+        assert [b["rows"] for b in local] == [6, 6]
+        # Global order: rank 0's rows then rank 1's; every group of 4 has reward variance (non-zero advantages).
+        advantages = torch.tensor(local[0]["advantages"] + local[1]["advantages"])
+        assert (advantages.view(-1, 4).abs().sum(dim=1) > 0).all()
+        # num_items_in_batch is the token count of the whole (redistributed) batch, the same on both ranks.
+        assert local[0]["num_items_in_batch"] == local[1]["num_items_in_batch"] == local[0]["mask_sum"] + local[1]["mask_sum"]
+    assert ranks[0]["rounds"] == ranks[1]["rounds"]
