@@ -169,8 +169,9 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     assert {"cliff", "trl", "hf-meds-cliff"} <= set(card.data.tags)
     assert "## Cliff settings" in card.text and "| `cliff_lam` | `0.0` |" in card.text
     assert "| toy | 30.00 | 70.00 |" in card.text
-    metrics = card.data.model_index[0]["results"][0]["metrics"]
-    assert [(m["type"], m["value"]) for m in metrics] == [("pass@1", 0.3), ("pass@8", 0.7)]
+    assert "model-index:" in (tmp_path / "README.md").read_text()
+    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [("pass@1", 0.3), ("pass@8", 0.7)]
+    assert "# Model Card for toy-cliff" in card.text and "None" not in card.text.split("## Cliff settings")[0]
 
 
 @pytest.mark.slow

@@ -64,7 +64,9 @@ def test_add_passk_results_updates_metadata_and_table(tmp_path):
     card.save(path)
     add_passk_results(path, SUMMARY, "toy-meds")
     updated = ModelCard.load(path)
-    assert updated.data.model_index[0]["name"] == "toy-meds"
+    assert "model-index:" in path.read_text() and updated.data.model_name == "toy-meds"
+    assert [(r.metric_type, r.metric_value) for r in updated.data.eval_results] == [
+        ("pass@1", 0.25), ("pass@4", 0.5), ("pass@16", 0.75), ("pass@1", 0.1)]
     assert "| toy | 25.00 | 50.00 | 75.00 |" in updated.text
     assert "No pass@k evaluation" not in updated.text and "| `meds_alpha` | `0.1` |" in updated.text
     with pytest.raises(ValueError, match="no pass@k results"):

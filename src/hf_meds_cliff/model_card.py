@@ -108,6 +108,26 @@ def render_method_section(
     return template.format(method=method, hyperparameter_rows=rows, command=command, passk_table=passk_table)
 
 
+def apply_passk_metadata(card, summary: Mapping[str, Any], model_name: str) -> bool:
+    """Set the card's ``model-index`` (``eval_results``) from a pass@k summary; False when it has no results."""
+    from huggingface_hub import EvalResult
+
+    index = model_index_from_summary(summary, model_name)
+    if not index:
+        return False
+    card.data.model_name = model_name
+    card.data.eval_results = [
+        EvalResult(
+            task_type=result["task"]["type"], task_name=result["task"]["name"],
+            dataset_type=result["dataset"]["type"], dataset_name=result["dataset"]["name"],
+            metric_type=metric["type"], metric_value=metric["value"], metric_name=metric["name"],
+        )
+        for result in index[0]["results"]
+        for metric in result["metrics"]
+    ]  # fmt: skip
+    return True
+
+
 def find_passk_summary(output_dir: str | os.PathLike) -> dict[str, Any] | None:
     for name in PASSK_SUMMARY_NAMES:
         path = Path(output_dir) / name
@@ -125,10 +145,8 @@ def add_passk_results(card_path: str | os.PathLike, summary: Mapping[str, Any], 
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(card_path)
-    index = model_index_from_summary(summary, model_name or Path(card_path).parent.name)
-    if not index:
+    if not apply_passk_metadata(card, summary, model_name or Path(card_path).parent.name):
         raise ValueError(f"The summary has no pass@k results (keys: {sorted(summary)}); pass a summary.json of eval_passk.py.")
-    card.data.model_index = index
     table = render_method_section("", {}, "", summary).split("### pass@k", 1)[1].strip()
     marker = "### pass@k"
     if marker in card.text:
@@ -158,14 +176,17 @@ class MethodModelCardMixin:
 
         path = Path(self.args.output_dir) / "README.md"
         card = ModelCard.load(path)
+        name = model_name or Path(self.args.output_dir).name
+        # TRL's template prints "None" for a model trained from a local folder (no Hub base model, no hub id).
+        card.text = card.text.replace("# Model Card for None", f"# Model Card for {name}")
+        card.text = card.text.replace("This model is a fine-tuned version of [None](https://huggingface.co/None).\n", "")
+        card.text = card.text.replace('model="None"', f'model="{name}"')
         summary = find_passk_summary(self.args.output_dir)
         card.text += "\n" + render_method_section(
             self._name, method_hyperparameters(self.args, self._config_prefix), reproduce_command(), summary
         )
         if summary is not None:
-            index = model_index_from_summary(summary, model_name or Path(self.args.output_dir).name)
-            if index:
-                card.data.model_index = index
+            apply_passk_metadata(card, summary, name)
         card.save(path)
 
 
