@@ -81,7 +81,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
     _config_prefix = "cliff_"
     _paper: ClassVar[dict[str, str]] = {
         "title": "Cliff: Learning Process Rewards from the First Mistake",
-        "id": "cliff-2026",
+        "id": None,  # no arXiv id known: TRL then prints no (broken) papers link
         # docstyle-ignore
         "citation": textwrap.dedent("""\
             @article{cliff2026,
