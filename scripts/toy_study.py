@@ -277,11 +277,9 @@ def main(argv=None) -> int:
     results_path.write_text(json.dumps(results, indent=1))
     if args.report:
         write_report(results, Path(args.report))
+        Path(args.report).with_name(Path(args.report).stem + "_results.json").write_text(json.dumps(results, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,3 +404,7 @@ python scripts/toy_study.py --report docs/toy_study.md
 {reading}
 {READING_END}
 """)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
