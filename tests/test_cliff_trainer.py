@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, free_port, load_module
 
 from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
 from hf_meds_cliff.script_utils import toy_recipe_path
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = {"bf16": False, "use_cpu": True, "report_to": []}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def load_driver():
-    spec = importlib.util.spec_from_file_location(
-        "cliff_driver", ROOT / "tests" / "multiproc" / "cliff_driver.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / "tests" / "multiproc" / "cliff_driver.py", "cliff_driver")
 
 
 @pytest.mark.parametrize(
@@ -226,11 +212,7 @@ def test_two_process_run_equals_one_process_run(tmp_path):
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("train_cliff", ROOT / "scripts" / "train_cliff.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_cliff"] = module  # its dataclass resolves annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_module(ROOT / "scripts" / "train_cliff.py", "train_cliff")
 
 
 def test_script_defaults_to_the_toy_world_and_folds_teacher_shorthands():

@@ -18,8 +18,16 @@ def test_groups_with_signal_marks_whole_groups():
 
 
 def test_pad_and_concat_keep_prompt_left_and_completion_right():
-    a = {"prompt_ids": torch.tensor([[5, 6]]), "completion_ids": torch.tensor([[7]]), "advantages": torch.tensor([1.0])}
-    b = {"prompt_ids": torch.tensor([[1, 2, 3]]), "completion_ids": torch.tensor([[8, 9]]), "advantages": torch.tensor([2.0])}
+    a = {
+        "prompt_ids": torch.tensor([[5, 6]]),
+        "completion_ids": torch.tensor([[7]]),
+        "advantages": torch.tensor([1.0]),
+    }
+    b = {
+        "prompt_ids": torch.tensor([[1, 2, 3]]),
+        "completion_ids": torch.tensor([[8, 9]]),
+        "advantages": torch.tensor([2.0]),
+    }
     merged = concat_rows([a, b])
     assert merged["prompt_ids"].tolist() == [[0, 5, 6], [1, 2, 3]]
     assert merged["completion_ids"].tolist() == [[7, 0], [8, 9]]
@@ -48,7 +56,9 @@ def make_trainer(tiny_policy, tmp_path, reward, **overrides):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
     tokenizer.padding_side = "left"
-    dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Compute {i} + 1."}] for i in range(64)]})
+    dataset = Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": f"Compute {i} + 1."}] for i in range(64)]}
+    )
     settings = dict(
         output_dir=str(tmp_path),
         use_cpu=True,
@@ -63,8 +73,13 @@ def make_trainer(tiny_policy, tmp_path, reward, **overrides):
         dynamic_sampling=True,
     )
     args = DAPOConfig(**{**settings, **overrides})
-    return DAPOTrainer(model=str(tiny_policy), reward_funcs=reward, args=args, train_dataset=dataset,
-                       processing_class=tokenizer)
+    return DAPOTrainer(
+        model=str(tiny_policy),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
 
 
 def parity_reward(completions, **kwargs):
@@ -129,13 +144,26 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
     tokenizer.padding_side = "left"
     args = CliffConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=16,
-        num_generations=8, max_completion_length=64, logging_steps=1, report_to="none", save_strategy="no",
-        dynamic_sampling=True, dynamic_sampling_max_rounds=10, cliff_teacher="rule",
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        max_steps=1,
+        per_device_train_batch_size=16,
+        num_generations=8,
+        max_completion_length=64,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        dynamic_sampling=True,
+        dynamic_sampling_max_rounds=10,
+        cliff_teacher="rule",
     )
     trainer = CliffGRPOTrainer(
-        model=str(toy_policy_path), reward_funcs=[MathAnswerReward()], args=args,
-        train_dataset=make_toy_dataset("train", 64, seed=0), processing_class=tokenizer,
+        model=str(toy_policy_path),
+        reward_funcs=[MathAnswerReward()],
+        args=args,
+        train_dataset=make_toy_dataset("train", 64, seed=0),
+        processing_class=tokenizer,
     )
     outputs = []
     original = CliffGRPOTrainer._generate_and_score_completions
@@ -158,7 +186,11 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     assert logged["dynamic_sampling/rounds"] >= 1 and "cliff/groups_cliff" in logged
     modes = list(trainer._logs["extra"]["cliff_group_mode"])
     assert len(modes) == len(trainer._logs["completion"]) and set(modes) <= {
-        "cliff", "skipped", "fallback_unverified", "fallback_endpoint"}
+        "cliff",
+        "skipped",
+        "fallback_unverified",
+        "fallback_endpoint",
+    }
     # The card TRL writes on save/push, with the method section and the pass@k model-index (offline).
     summary = {"benchmarks": {"toy": {"pass@k": {"1": 0.3, "8": 0.7}}}}
     (tmp_path / "summary.json").write_text(__import__("json").dumps(summary))
@@ -170,7 +202,10 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     assert "## Cliff settings" in card.text and "| `cliff_lam` | `0.0` |" in card.text
     assert "| toy | 30.00 | 70.00 |" in card.text
     assert "model-index:" in (tmp_path / "README.md").read_text()
-    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [("pass@1", 0.3), ("pass@8", 0.7)]
+    assert [(r.metric_type, r.metric_value) for r in card.data.eval_results] == [
+        ("pass@1", 0.3),
+        ("pass@8", 0.7),
+    ]
     assert "# Model Card for toy-cliff" in card.text and "None" not in card.text.split("## Cliff settings")[0]
 
 
@@ -180,19 +215,27 @@ def test_dynamic_sampling_with_two_processes_keeps_whole_groups(tmp_path):
     """Groups split across ranks: the redistributed batch is full on both ranks and made of whole groups."""
     import json
     import os
-    import socket
     import subprocess
     import sys
     from pathlib import Path
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from helpers import free_port
+
+    port = free_port()
     driver = Path(__file__).parent / "multiproc" / "dapo_driver.py"
     out = tmp_path / "out.json"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-               str(driver), str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        str(driver),
+        str(out),
+    ]
     completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400, check=False)
     assert completed.returncode == 0, completed.stderr[-3000:]
     ranks = sorted(json.loads(out.read_text()), key=lambda r: r["rank"])
@@ -204,5 +247,9 @@ def test_dynamic_sampling_with_two_processes_keeps_whole_groups(tmp_path):
         advantages = torch.tensor(local[0]["advantages"] + local[1]["advantages"])
         assert (advantages.view(-1, 4).abs().sum(dim=1) > 0).all()
         # num_items_in_batch is the token count of the whole (redistributed) batch, the same on both ranks.
-        assert local[0]["num_items_in_batch"] == local[1]["num_items_in_batch"] == local[0]["mask_sum"] + local[1]["mask_sum"]
+        assert (
+            local[0]["num_items_in_batch"]
+            == local[1]["num_items_in_batch"]
+            == local[0]["mask_sum"] + local[1]["mask_sum"]
+        )
     assert ranks[0]["rounds"] == ranks[1]["rounds"]

@@ -1,26 +1,16 @@
 """Smoke runs of the study and GPU smoke scripts on their CPU paths (real training, a step or two)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_script
 
 
 @pytest.mark.slow
 def test_gpu_smoke_script_passes_on_the_cpu_path(toy_policy_path, capsys):
-    status = load_script("gpu_smoke").main(["--device", "cpu", "--steps", "1", "--cases", "grpo", "meds", "cliff_lora"])
+    status = load_script("gpu_smoke").main(
+        ["--device", "cpu", "--steps", "1", "--cases", "grpo", "meds", "cliff_lora"]
+    )
     out = capsys.readouterr().out
     assert status == 0, out
     for case in ("grpo", "meds", "cliff_lora"):
@@ -37,7 +27,7 @@ def test_toy_study_quick_mode_trains_evaluates_and_reports(toy_policy_path, tmp_
     assert sorted(r["method"] for r in results["runs"]) == sorted(study.METHODS)
     for run in results["runs"]:
         assert set(run["eval"]["pass@k"]) == {"1", "2", "4"}
-        assert [p["step"] for p in run["probe"]][0] == 0 and run["probe"][-1]["step"] == study.QUICK.steps
+        assert run["probe"][0]["step"] == 0 and run["probe"][-1]["step"] == study.QUICK.steps
         assert 0.0 <= run["probe"][-1]["reward"] <= 1.0
     meds = next(r for r in results["runs"] if r["method"] == "meds")
     assert any("meds/frac_with_feature" in h for h in meds["history"])

@@ -1,23 +1,13 @@
 """The baseline script: argument handling, clear errors, and a real `trainer.train()` smoke run."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import load_script
 
 from hf_meds_cliff.dapo import DAPOConfig as GRPOConfig
 from hf_meds_cliff.script_utils import parse_script_args, resolve_model_path, toy_recipe_path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_no_arguments_means_the_toy_recipe(tmp_path):
@@ -45,7 +35,9 @@ def test_incompatible_options_are_rejected_with_the_fix():
 
 def test_missing_local_model_path_is_a_clear_error(tmp_path):
     script_args, _, model_args = parse_script_args(
-        GRPOConfig, "grpo", argv=["--model_name_or_path", str(tmp_path / "nope"), "--bf16", "false", "--use_cpu", "true"]
+        GRPOConfig,
+        "grpo",
+        argv=["--model_name_or_path", str(tmp_path / "nope"), "--bf16", "false", "--use_cpu", "true"],
     )
     with pytest.raises(ValueError, match="looks like a local path but does not exist"):
         resolve_model_path(script_args, model_args)
@@ -60,13 +52,20 @@ def test_train_grpo_smoke_run_trains_and_writes_outputs(tmp_path, toy_policy_pat
         GRPOConfig,
         "grpo",
         argv=[
-            "--config", str(toy_recipe_path("grpo")),
-            "--model_name_or_path", str(toy_policy_path),
-            "--output_dir", str(tmp_path / "out"),
-            "--max_steps", "2",
-            "--per_device_train_batch_size", "16",
-            "--toy_train_size", "64",
-            "--max_completion_length", "48",
+            "--config",
+            str(toy_recipe_path("grpo")),
+            "--model_name_or_path",
+            str(toy_policy_path),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "16",
+            "--toy_train_size",
+            "64",
+            "--max_completion_length",
+            "48",
         ],
     )
     trainer = script.main(*args)
