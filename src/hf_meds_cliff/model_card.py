@@ -47,7 +47,9 @@ def method_hyperparameters(args: Any, prefix: str) -> dict[str, Any]:
     for spec in fields(args):
         if spec.name.startswith(prefix) or spec.name in CORE_RL_FIELDS:
             value = getattr(args, spec.name)
-            values[spec.name] = value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+            values[spec.name] = (
+                value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+            )
     return values
 
 
@@ -95,17 +97,24 @@ def render_method_section(
     """Markdown section appended to TRL's card (template: ``templates/method_section.md``)."""
     template = (resources.files("hf_meds_cliff") / "templates" / "method_section.md").read_text()
     rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in sorted(hyperparameters.items()))
-    if passk_summary and passk_summary.get("benchmarks"):
-        ks = sorted({int(k) for b in passk_summary["benchmarks"].values() for k in b.get("pass@k", {})})
-        header = "| benchmark | " + " | ".join(f"pass@{k}" for k in ks) + " |"
-        lines = [header, "|---|" + "---|" * len(ks)]
-        for name, numbers in passk_summary["benchmarks"].items():
-            cells = [numbers.get("pass@k", {}).get(str(k)) for k in ks]
-            lines.append(f"| {name} | " + " | ".join("" if c is None else f"{100 * c:.2f}" for c in cells) + " |")
-        passk_table = "\n".join(lines)
-    else:
-        passk_table = "No pass@k evaluation was found next to this model (see `scripts/eval_passk.py`)."
-    return template.format(method=method, hyperparameter_rows=rows, command=command, passk_table=passk_table)
+    return template.format(
+        method=method,
+        hyperparameter_rows=rows,
+        command=command,
+        passk_table=render_passk_table(passk_summary),
+    )
+
+
+def render_passk_table(passk_summary: Mapping[str, Any] | None) -> str:
+    """Markdown table of pass@k (in %) per benchmark, or a sentence saying there is no evaluation."""
+    if not passk_summary or not passk_summary.get("benchmarks"):
+        return "No pass@k evaluation was found next to this model (see `scripts/eval_passk.py`)."
+    ks = sorted({int(k) for b in passk_summary["benchmarks"].values() for k in b.get("pass@k", {})})
+    lines = ["| benchmark | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for name, numbers in passk_summary["benchmarks"].items():
+        cells = [numbers.get("pass@k", {}).get(str(k)) for k in ks]
+        lines.append(f"| {name} | " + " | ".join("" if c is None else f"{100 * c:.2f}" for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def apply_passk_metadata(card, summary: Mapping[str, Any], model_name: str) -> bool:
@@ -136,7 +145,9 @@ def find_passk_summary(output_dir: str | os.PathLike) -> dict[str, Any] | None:
     return None
 
 
-def add_passk_results(card_path: str | os.PathLike, summary: Mapping[str, Any], model_name: str | None = None) -> None:
+def add_passk_results(
+    card_path: str | os.PathLike, summary: Mapping[str, Any], model_name: str | None = None
+) -> None:
     """Put a pass@k summary into an existing card: the ``model-index`` metadata and the section's table.
 
     For a card written at the end of training, before ``scripts/eval_passk.py`` ran:
@@ -146,8 +157,10 @@ def add_passk_results(card_path: str | os.PathLike, summary: Mapping[str, Any], 
 
     card = ModelCard.load(card_path)
     if not apply_passk_metadata(card, summary, model_name or Path(card_path).parent.name):
-        raise ValueError(f"The summary has no pass@k results (keys: {sorted(summary)}); pass a summary.json of eval_passk.py.")
-    table = render_method_section("", {}, "", summary).split("### pass@k", 1)[1].strip()
+        raise ValueError(
+            f"The summary has no pass@k results (keys: {sorted(summary)}); pass a summary.json of eval_passk.py."
+        )
+    table = render_passk_table(summary)
     marker = "### pass@k"
     if marker in card.text:
         head, tail = card.text.split(marker, 1)
@@ -179,7 +192,9 @@ class MethodModelCardMixin:
         name = model_name or Path(self.args.output_dir).name
         # TRL's template prints "None" for a model trained from a local folder (no Hub base model, no hub id).
         card.text = card.text.replace("# Model Card for None", f"# Model Card for {name}")
-        card.text = card.text.replace("This model is a fine-tuned version of [None](https://huggingface.co/None).\n", "")
+        card.text = card.text.replace(
+            "This model is a fine-tuned version of [None](https://huggingface.co/None).\n", ""
+        )
         card.text = card.text.replace('model="None"', f'model="{name}"')
         summary = find_passk_summary(self.args.output_dir)
         card.text += "\n" + render_method_section(
@@ -193,12 +208,16 @@ class MethodModelCardMixin:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description="Add pass@k results (eval_passk.py's summary.json) to a model card.")
+    parser = argparse.ArgumentParser(
+        description="Add pass@k results (eval_passk.py's summary.json) to a model card."
+    )
     parser.add_argument("model_dir", help="Folder holding the README.md card written by training.")
     parser.add_argument("--summary", required=True, help="summary.json written by scripts/eval_passk.py.")
     parser.add_argument("--model_name", default=None)
     args = parser.parse_args(argv)
-    add_passk_results(Path(args.model_dir) / "README.md", json.loads(Path(args.summary).read_text()), args.model_name)
+    add_passk_results(
+        Path(args.model_dir) / "README.md", json.loads(Path(args.summary).read_text()), args.model_name
+    )
 
 
 if __name__ == "__main__":

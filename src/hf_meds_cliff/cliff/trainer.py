@@ -308,13 +308,13 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
 
 class CliffGRPOTrainer(DynamicSamplingMixin, CliffTokenAdvantageTrainer):
-    __doc__ = CliffTokenAdvantageTrainer.__doc__.split("Use :class:`CliffGRPOTrainer`")[0] + (
-        "With ``dynamic_sampling=True`` (:class:`~hf_meds_cliff.dapo.DAPOConfig` fields, inherited by\n"
-        "    :class:`CliffConfig`), DAPO's dynamic sampling wraps ``_generate_and_score_completions`` from the outside\n"
-        "    (:class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`): each round is judged, then rounds are merged.\n"
-        + CliffTokenAdvantageTrainer.__doc__.split("rounds are merged; zero-variance groups, which the sampling drops, "
-                                                  "cost no teacher call anyway.", 1)[1]
-    )
+    """Cliff on TRL's ``GRPOTrainer``, with DAPO's dynamic sampling available (``dynamic_sampling=True``).
+
+    The method, its overrides, arguments and ``cliff/`` metrics are those of :class:`CliffTokenAdvantageTrainer`.
+    :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin` comes first so it wraps ``_generate_and_score_completions``
+    from the outside: every generation round is judged and gets its ``(B, T)`` token advantages, then the kept
+    rows of all rounds are merged.
+    """
 
 
 def _ground_truth(value: Any) -> str | None:
