@@ -100,7 +100,9 @@ def run_case(case: str, policy: str, device: str, steps: int) -> tuple[bool, flo
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
@@ -113,8 +115,10 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("FAIL setup: no CUDA GPU is visible (use --device cpu for the CPU code path)")
         return 1
-    print(f"torch {torch.__version__}, device {args.device}"
-          + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else ""))
+    print(
+        f"torch {torch.__version__}, device {args.device}"
+        + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else "")
+    )
     policy = str(warmup_toy_model())
     results = {}
     failed = False

@@ -54,7 +54,13 @@ class StudySettings:
 
 
 QUICK = StudySettings(
-    steps=2, prompts_per_step=4, probe_prompts=4, probe_samples=4, probe_every=1, eval_problems=8, eval_samples=4,
+    steps=2,
+    prompts_per_step=4,
+    probe_prompts=4,
+    probe_samples=4,
+    probe_every=1,
+    eval_problems=8,
+    eval_samples=4,
     train_rows=256,
 )
 
@@ -84,7 +90,13 @@ def method_config(method: str, settings: StudySettings, seed: int, output_dir: s
         dataloader_num_workers=0,
     )
     grpo = dict(loss_type="grpo", epsilon=0.2, epsilon_high=0.2)
-    dapo = dict(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, dynamic_sampling=True, dynamic_sampling_max_rounds=10)
+    dapo = dict(
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        dynamic_sampling=True,
+        dynamic_sampling_max_rounds=10,
+    )
     if method == "grpo":
         return DAPOConfig(**shared, **grpo)
     if method == "dapo":
@@ -100,7 +112,9 @@ def trainer_class(method: str):
     from hf_meds_cliff import CliffGRPOTrainer, MEDSGRPOTrainer
     from hf_meds_cliff.dapo import DAPOTrainer
 
-    return {"grpo": DAPOTrainer, "dapo": DAPOTrainer, "meds": MEDSGRPOTrainer, "cliff": CliffGRPOTrainer}[method]
+    return {"grpo": DAPOTrainer, "dapo": DAPOTrainer, "meds": MEDSGRPOTrainer, "cliff": CliffGRPOTrainer}[
+        method
+    ]
 
 
 def reward_functions(method: str, settings: StudySettings):
@@ -109,7 +123,9 @@ def reward_functions(method: str, settings: StudySettings):
     rewards = [MathAnswerReward()]
     if method in ("dapo", "meds"):
         buffer = max(4, settings.max_completion_length // 4)
-        rewards.append(OverlongPenaltyReward(settings.max_completion_length, buffer_length=buffer, penalty_factor=1.0))
+        rewards.append(
+            OverlongPenaltyReward(settings.max_completion_length, buffer_length=buffer, penalty_factor=1.0)
+        )
     return rewards
 
 
@@ -126,11 +142,17 @@ class ProbeCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0 or state.global_step == state.max_steps:
-            self.records.append({"step": state.global_step, **probe(model, self.tokenizer, self.rows, self.samples,
-                                                                     self.max_new_tokens)})
+            self.records.append(
+                {
+                    "step": state.global_step,
+                    **probe(model, self.tokenizer, self.rows, self.samples, self.max_new_tokens),
+                }
+            )
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.records.append({"step": 0, **probe(model, self.tokenizer, self.rows, self.samples, self.max_new_tokens)})
+        self.records.append(
+            {"step": 0, **probe(model, self.tokenizer, self.rows, self.samples, self.max_new_tokens)}
+        )
 
 
 @torch.no_grad()
@@ -142,13 +164,20 @@ def probe(model, tokenizer, rows, samples: int, max_new_tokens: int) -> dict:
 
     was_training = model.training
     model.eval()
-    prompts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
+    prompts = [
+        tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows
+    ]
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     generated = model.generate(
-        **encoded, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=max_new_tokens,
-        num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id,
+        **encoded,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        num_return_sequences=samples,
+        pad_token_id=tokenizer.pad_token_id,
     )
-    completions = generated[:, encoded["input_ids"].shape[1]:]
+    completions = generated[:, encoded["input_ids"].shape[1] :]
     prompt_ids, completion_ids, correct, wrong_answers = [], [], [], [[] for _ in rows]
     for index, ids in enumerate(completions.tolist()):
         row = index // samples
@@ -160,13 +189,23 @@ def probe(model, tokenizer, rows, samples: int, max_new_tokens: int) -> dict:
         correct.append(check.correct)
         if not check.correct and check.extracted is not None:
             wrong_answers[row].append(check.extracted)
-        prompt_ids.append([t for t, m in zip(encoded["input_ids"][row].tolist(), encoded["attention_mask"][row].tolist()) if m])
+        prompt_ids.append(
+            [
+                t
+                for t, m in zip(encoded["input_ids"][row].tolist(), encoded["attention_mask"][row].tolist())
+                if m
+            ]
+        )
         completion_ids.append(ids)
     locations = locate_answer_tokens(completion_ids, tokenizer)
     # All layers (the toy model has 4; MEDS itself clusters on the last 2): more resolution for the diagnostic.
     num_layers = len(resolve_decoder(model).layers)
     features, has_feature, _ = answer_logit_features(
-        model, prompt_ids, completion_ids, locations, layer_indices=list(range(num_layers)),
+        model,
+        prompt_ids,
+        completion_ids,
+        locations,
+        layer_indices=list(range(num_layers)),
         pad_token_id=tokenizer.pad_token_id,
     )
     if was_training:
@@ -194,11 +233,16 @@ def train_one(method: str, seed: int, settings: StudySettings, policy: str, outp
     probe_rows = [train[i] for i in range(settings.probe_prompts)]
     run_dir = output_dir / f"{method}-seed{seed}"
     args = method_config(method, settings, seed, str(run_dir))
-    callback = ProbeCallback(tokenizer, probe_rows, settings.probe_samples, settings.probe_every,
-                             settings.max_completion_length)
+    callback = ProbeCallback(
+        tokenizer, probe_rows, settings.probe_samples, settings.probe_every, settings.max_completion_length
+    )
     trainer = trainer_class(method)(
-        model=policy, reward_funcs=reward_functions(method, settings), args=args, train_dataset=train,
-        processing_class=tokenizer, callbacks=[callback],
+        model=policy,
+        reward_funcs=reward_functions(method, settings),
+        args=args,
+        train_dataset=train,
+        processing_class=tokenizer,
+        callbacks=[callback],
     )
     start = time.perf_counter()
     trainer.train()
@@ -207,11 +251,21 @@ def train_one(method: str, seed: int, settings: StudySettings, policy: str, outp
         trainer.close_teacher()
     trainer.save_model(str(run_dir / "final"))
     history = [
-        {k: v for k, v in record.items() if k == "step" or k == "reward" or k.startswith(("meds/", "cliff/", "dynamic_sampling/"))}
+        {
+            k: v
+            for k, v in record.items()
+            if k == "step" or k == "reward" or k.startswith(("meds/", "cliff/", "dynamic_sampling/"))
+        }
         for record in trainer.state.log_history
     ]
-    return {"method": method, "seed": seed, "train_seconds": seconds, "probe": callback.records,
-            "history": history, "model_dir": str(run_dir / "final")}
+    return {
+        "method": method,
+        "seed": seed,
+        "train_seconds": seconds,
+        "probe": callback.records,
+        "history": history,
+        "model_dir": str(run_dir / "final"),
+    }
 
 
 def evaluate_model(model_dir: str, settings: StudySettings, seed: int, output_dir: Path) -> dict:
@@ -233,15 +287,23 @@ def evaluate_model(model_dir: str, settings: StudySettings, seed: int, output_di
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="A couple of steps per method (a smoke run).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--steps", type=int, default=None, help="Override the number of RL steps.")
     parser.add_argument("--output_dir", default="outputs/toy_study")
-    parser.add_argument("--report", default=None, help="Write the markdown report here (e.g. docs/toy_study.md).")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1 is fastest for this tiny model on a shared 2-core machine).")
+    parser.add_argument(
+        "--report", default=None, help="Write the markdown report here (e.g. docs/toy_study.md)."
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 is fastest for this tiny model on a shared 2-core machine).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
@@ -257,7 +319,9 @@ def main(argv=None) -> int:
 
     policy = str(warmup_toy_model())
     results_path = output_dir / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() and not args.quick else {"runs": []}
+    results = (
+        json.loads(results_path.read_text()) if results_path.exists() and not args.quick else {"runs": []}
+    )
     done = {(r["method"], r["seed"]) for r in results["runs"]}
     study_start = time.perf_counter()
     for seed in seeds:
@@ -267,7 +331,9 @@ def main(argv=None) -> int:
                 continue
             logger.info("training %s seed %d", method, seed)
             run = train_one(method, seed, settings, policy, output_dir)
-            run["eval"] = evaluate_model(run["model_dir"], settings, seed, output_dir / f"{method}-seed{seed}" / "eval")
+            run["eval"] = evaluate_model(
+                run["model_dir"], settings, seed, output_dir / f"{method}-seed{seed}" / "eval"
+            )
             results["runs"].append(run)
             results_path.write_text(json.dumps(results, indent=1))
     if "initial" not in results:
@@ -277,9 +343,10 @@ def main(argv=None) -> int:
     results_path.write_text(json.dumps(results, indent=1))
     if args.report:
         write_report(results, Path(args.report))
-        Path(args.report).with_name(Path(args.report).stem + "_results.json").write_text(json.dumps(results, indent=1))
+        Path(args.report).with_name(Path(args.report).stem + "_results.json").write_text(
+            json.dumps(results, indent=1)
+        )
     return 0
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,12 +402,22 @@ def write_report(results: dict, report_path: Path) -> None:
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for key, ax, label in zip(("reward", "eigen_ratio", "distinct_wrong_answers"), axes,
-                              ("probe reward", "top-1 eigen ratio (answer features)", "distinct wrong answers / prompt")):
+    for key, ax, label in zip(
+        ("reward", "eigen_ratio", "distinct_wrong_answers"),
+        axes,
+        ("probe reward", "top-1 eigen ratio (answer features)", "distinct wrong answers / prompt"),
+    ):
         for method in methods:
             steps = sorted({p["step"] for r in by_method[method] for p in r["probe"]})
-            values = [statistics.mean(p[key] for r in by_method[method] for p in r["probe"]
-                                      if p["step"] == s and not math.isnan(p[key])) for s in steps]
+            values = [
+                statistics.mean(
+                    p[key]
+                    for r in by_method[method]
+                    for p in r["probe"]
+                    if p["step"] == s and not math.isnan(p[key])
+                )
+                for s in steps
+            ]
             ax.plot(steps, values, marker=".", label=method)
         ax.set_xlabel("step")
         ax.set_title(label, fontsize=10)
@@ -352,8 +429,12 @@ def write_report(results: dict, report_path: Path) -> None:
 
     settings = results["settings"]
     seeds = sorted({r["seed"] for r in runs})
-    rows = ["| method | " + " | ".join(f"pass@{k}" for k in shown_ks) + " | final probe eigen ratio | final distinct wrong answers |",
-            "|---|" + "---|" * (len(shown_ks) + 2)]
+    rows = [
+        "| method | "
+        + " | ".join(f"pass@{k}" for k in shown_ks)
+        + " | final probe eigen ratio | final distinct wrong answers |",
+        "|---|" + "---|" * (len(shown_ks) + 2),
+    ]
     rows.append("| warm-up (start) | " + " | ".join(mean_std([initial[k]]) for k in shown_ks) + " | | |")
     for method in methods:
         cells = [mean_std([passk_curve(r["eval"])[k] for r in by_method[method]]) for k in shown_ks]
@@ -378,15 +459,15 @@ python scripts/toy_study.py --report docs/toy_study.md
 ## Setup
 - Start: the cached warmed-up toy policy (tiny Qwen3, `hf_meds_cliff.toy.warmup_toy_model()`), the same for all runs.
 - Task: the toy world's 2-3 step integer arithmetic; training prompts from the train split, evaluation on
-  {settings['eval_problems']} test problems with {settings['eval_samples']} samples each (temperature 1.0, top-p 1.0),
+  {settings["eval_problems"]} test problems with {settings["eval_samples"]} samples each (temperature 1.0, top-p 1.0),
   pass@k by the unbiased estimator.
-- Budget, identical for every method: {settings['steps']} RL steps, {settings['prompts_per_step']} prompts x
-  {settings['num_generations']} rollouts per step, learning rate {settings['learning_rate']}, max
-  {settings['max_completion_length']} completion tokens; seeds {seeds}. No method was tuned.
+- Budget, identical for every method: {settings["steps"]} RL steps, {settings["prompts_per_step"]} prompts x
+  {settings["num_generations"]} rollouts per step, learning rate {settings["learning_rate"]}, max
+  {settings["max_completion_length"]} completion tokens; seeds {seeds}. No method was tuned.
 - Methods: `grpo` (GRPO loss, clip 0.2); `dapo` (token-mean loss, clip-higher 0.28, overlong penalty, dynamic
   sampling); `meds` (MEDS alpha 0.1, beta 0.2 on the DAPO settings, as in the paper); `cliff` (rule-based exact
   teacher, lambda 0, on the GRPO settings).
-- Probe: every {settings['probe_every']} steps, {settings['probe_samples']} samples on {settings['probe_prompts']} fixed
+- Probe: every {settings["probe_every"]} steps, {settings["probe_samples"]} samples on {settings["probe_prompts"]} fixed
   training prompts: reward, top-1 eigen ratio of the answer-token layer-logit features of all 4 layers (lower =
   more diverse; MEDS itself clusters on the last 2),
   distinct wrong answers per prompt.

@@ -1,7 +1,13 @@
 import pytest
 from datasets import Dataset
 
-from hf_meds_cliff.data import QWEN_MATH_INSTRUCTION, build_prompt, prepare_math_dataset, prompt_key, prompt_keys
+from hf_meds_cliff.data import (
+    QWEN_MATH_INSTRUCTION,
+    build_prompt,
+    prepare_math_dataset,
+    prompt_key,
+    prompt_keys,
+)
 
 
 def test_prompt_key_is_stable_and_discriminates():
@@ -36,7 +42,9 @@ def test_prepare_math_dataset_maps_columns_and_extracts_answers():
             "idx": [10, 11, 12],
         }
     )
-    ds = prepare_math_dataset(raw, answer_column="solution", answer_from_solution=True, prompt_template="plain")
+    ds = prepare_math_dataset(
+        raw, answer_column="solution", answer_from_solution=True, prompt_template="plain"
+    )
     assert ds["answer"] == ["2", "\\frac{8}{2}"]
     assert ds["prompt"][0] == [{"role": "user", "content": "What is 1+1?"}]
     assert ds["idx"] == [10, 11]  # other columns survive

@@ -9,7 +9,9 @@ from hf_meds_cliff.model_card import (
     reproduce_command,
 )
 
-SUMMARY = {"benchmarks": {"toy": {"pass@k": {"1": 0.25, "4": 0.5, "16": 0.75}}, "aime24": {"pass@k": {"1": 0.1}}}}
+SUMMARY = {
+    "benchmarks": {"toy": {"pass@k": {"1": 0.25, "4": 0.5, "16": 0.75}}, "aime24": {"pass@k": {"1": 0.1}}}
+}
 
 
 @dataclass
@@ -24,7 +26,12 @@ class FakeArgs:
 
 def test_hyperparameters_keep_prefix_and_core_fields_only():
     values = method_hyperparameters(FakeArgs(), "meds_")
-    assert values == {"meds_alpha": 0.1, "meds_target": "wrong", "learning_rate": 1e-6, "meds_layers": "[1, 2]"}
+    assert values == {
+        "meds_alpha": 0.1,
+        "meds_target": "wrong",
+        "learning_rate": 1e-6,
+        "meds_layers": "[1, 2]",
+    }
 
 
 def test_reproduce_command_quotes_arguments():
@@ -59,14 +66,20 @@ def test_add_passk_results_updates_metadata_and_table(tmp_path):
     from hf_meds_cliff.model_card import add_passk_results
 
     text = render_method_section("MEDS", {"meds_alpha": 0.1}, "python x.py", None)
-    card = ModelCard.from_template(ModelCardData(tags=["meds"]), template_str="---\n{{ card_data }}\n---\n# m\n" + text)
+    card = ModelCard.from_template(
+        ModelCardData(tags=["meds"]), template_str="---\n{{ card_data }}\n---\n# m\n" + text
+    )
     path = tmp_path / "README.md"
     card.save(path)
     add_passk_results(path, SUMMARY, "toy-meds")
     updated = ModelCard.load(path)
     assert "model-index:" in path.read_text() and updated.data.model_name == "toy-meds"
     assert [(r.metric_type, r.metric_value) for r in updated.data.eval_results] == [
-        ("pass@1", 0.25), ("pass@4", 0.5), ("pass@16", 0.75), ("pass@1", 0.1)]
+        ("pass@1", 0.25),
+        ("pass@4", 0.5),
+        ("pass@16", 0.75),
+        ("pass@1", 0.1),
+    ]
     assert "| toy | 25.00 | 50.00 | 75.00 |" in updated.text
     assert "No pass@k evaluation" not in updated.text and "| `meds_alpha` | `0.1` |" in updated.text
     with pytest.raises(ValueError, match="no pass@k results"):

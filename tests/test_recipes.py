@@ -40,8 +40,12 @@ def test_there_are_recipes_for_both_methods_and_the_baseline():
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_recipe_parses_with_its_script(recipe):
     header = recipe.read_text()
-    launch = re.search(r"accelerate launch --config_file (recipes/accelerate/\S+).*?scripts/(train_\w+)\.py"
-                       r"\s+--config recipes/(\S+)", header, re.S)
+    launch = re.search(
+        r"accelerate launch --config_file (recipes/accelerate/\S+).*?scripts/(train_\w+)\.py"
+        r"\s+--config recipes/(\S+)",
+        header,
+        re.S,
+    )
     assert launch, f"{recipe.name} must document its `accelerate launch` command"
     accelerate_config, script, named_recipe = launch.groups()
     assert named_recipe == recipe.name, f"{recipe.name} documents the command of {named_recipe}"
@@ -49,7 +53,9 @@ def test_recipe_parses_with_its_script(recipe):
     parser = build_parser(config_class_for(script))
     # The recipes are for GPUs (bf16); TrainingArguments rejects bf16 on a CPU-only machine at parse time.
     overrides = [] if torch.cuda.is_available() else ["--bf16", "false"]
-    script_args, training_args, model_args = parser.parse_args_and_config(args=["--config", str(recipe), *overrides])
+    script_args, training_args, model_args = parser.parse_args_and_config(
+        args=["--config", str(recipe), *overrides]
+    )
     values = yaml.safe_load(header)
     assert values["bf16"] is True
     assert model_args.model_name_or_path == values["model_name_or_path"]
@@ -61,12 +67,18 @@ def test_recipe_parses_with_its_script(recipe):
 
 
 def test_paper_hyperparameters_are_in_the_meds_recipes():
-    for name, alpha, beta in [("meds_qwen3_1.7b", 0.1, 0.2), ("meds_qwen2.5_math_7b", 0.1, 0.2), ("meds_qwen3_8b", 0.02, 0.04)]:
+    for name, alpha, beta in [
+        ("meds_qwen3_1.7b", 0.1, 0.2),
+        ("meds_qwen2.5_math_7b", 0.1, 0.2),
+        ("meds_qwen3_8b", 0.02, 0.04),
+    ]:
         values = yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())
         assert (values["meds_alpha"], values["meds_beta"]) == (alpha, beta)
         assert values["epsilon_high"] == 0.28 and values["loss_type"] == "dapo" and values["dynamic_sampling"]
         assert values["num_generations"] == 16
-        completions_per_step = values["per_device_train_batch_size"] * values["gradient_accumulation_steps"] * 8
+        completions_per_step = (
+            values["per_device_train_batch_size"] * values["gradient_accumulation_steps"] * 8
+        )
         assert completions_per_step == 16 * 16  # mini-batch of 16 prompts
         assert values["per_device_train_batch_size"] * values["steps_per_generation"] * 8 == 512 * 16
     cliff = yaml.safe_load((ROOT / "recipes" / "cliff_qwen3_4b.yaml").read_text())

@@ -131,9 +131,13 @@ class DynamicSamplingMixin:
         """This process's share of a fresh generation batch, ``size`` rows, groups as TRL lays them out."""
         prompts_per_batch = size * self.accelerator.num_processes // self.num_generations
         dataset = self.train_dataset
-        if self._dynamic_sampling_order is None or self._dynamic_sampling_cursor + prompts_per_batch > len(dataset):
+        if self._dynamic_sampling_order is None or self._dynamic_sampling_cursor + prompts_per_batch > len(
+            dataset
+        ):
             # Its own permutation per pass over the data, identical on every process.
-            generator = torch.Generator().manual_seed(self.args.seed + 7919 * (1 + self._dynamic_sampling_epoch))
+            generator = torch.Generator().manual_seed(
+                self.args.seed + 7919 * (1 + self._dynamic_sampling_epoch)
+            )
             self._dynamic_sampling_order = torch.randperm(len(dataset), generator=generator)
             self._dynamic_sampling_cursor = 0
             self._dynamic_sampling_epoch += 1
@@ -148,7 +152,9 @@ class DynamicSamplingMixin:
         if not self._dynamic_sampling_enabled():
             return super()._generate_and_score_completions(inputs)
         if len(self.train_dataset) * self.num_generations < len(inputs) * self.accelerator.num_processes:
-            raise ValueError("Dynamic sampling needs at least one generation batch worth of prompts in the dataset.")
+            raise ValueError(
+                "Dynamic sampling needs at least one generation batch worth of prompts in the dataset."
+            )
         local_size = len(inputs)
         target = local_size * self.accelerator.num_processes
         index = self.args.dynamic_sampling_reward_index
@@ -173,7 +179,9 @@ class DynamicSamplingMixin:
             keep_global = groups_with_signal(gathered[:, index].float(), self.num_generations)
             dropped_groups += int((~keep_global).sum().item()) // self.num_generations
             rank = self.accelerator.process_index
-            keep_local = keep_global[rank * local_size : (rank + 1) * local_size].to(output["advantages"].device)
+            keep_local = keep_global[rank * local_size : (rank + 1) * local_size].to(
+                output["advantages"].device
+            )
             # Global position of each row (round, then TRL's layout), so kept groups stay whole and in order.
             order = rounds * target + rank * local_size + torch.arange(local_size, device=keep_local.device)
             rows, row_scalars = {"_dynamic_sampling_order": order[keep_local]}, {}
@@ -189,7 +197,11 @@ class DynamicSamplingMixin:
 
         merged = self._redistribute(concat_rows(kept_parts), local_size)
         merged.pop("_dynamic_sampling_order")
-        loss_mask = merged["completion_mask"] * merged["tool_mask"] if "tool_mask" in merged else merged["completion_mask"]
+        loss_mask = (
+            merged["completion_mask"] * merged["tool_mask"]
+            if "tool_mask" in merged
+            else merged["completion_mask"]
+        )
         scalars["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         metrics = self._metrics["train"]
         metrics["dynamic_sampling/rounds"].append(float(rounds))
@@ -215,11 +227,15 @@ class DynamicSamplingMixin:
         gathered = {}
         for key, value in rows.items():
             if value.ndim >= 2:
-                length = int(accelerator.gather(torch.tensor([value.shape[1]], device=value.device)).max().item())
+                length = int(
+                    accelerator.gather(torch.tensor([value.shape[1]], device=value.device)).max().item()
+                )
                 value = pad_rows(value, length, left=key in LEFT_PADDED_KEYS)
             padded = torch.cat([value, value.new_zeros((max_count - count, *value.shape[1:]))], dim=0)
             everything = accelerator.gather(padded)
-            gathered[key] = torch.cat([everything[p * max_count : p * max_count + c] for p, c in enumerate(counts)])
+            gathered[key] = torch.cat(
+                [everything[p * max_count : p * max_count + c] for p, c in enumerate(counts)]
+            )
         ranking = torch.argsort(gathered["_dynamic_sampling_order"])
         mine = ranking[rank * local_size : (rank + 1) * local_size]
         return {key: value[mine] for key, value in gathered.items()}

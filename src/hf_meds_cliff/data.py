@@ -41,7 +41,9 @@ def prompt_keys(prompts: Sequence[Any], ids: Sequence[Any] | None = None) -> lis
     """
     if ids is not None:
         if len(ids) != len(prompts):
-            raise ValueError(f"Got {len(ids)} prompt ids for {len(prompts)} prompts; they must align one to one.")
+            raise ValueError(
+                f"Got {len(ids)} prompt ids for {len(prompts)} prompts; they must align one to one."
+            )
         return [str(i) for i in ids]
     return [prompt_key(p) for p in prompts]
 

@@ -43,7 +43,9 @@ class RLScriptArguments(ScriptArguments):
     )
     problem_column: str = field(
         default="problem",
-        metadata={"help": "Column holding the problem text (MATH: `problem`; DAPO-Math-17k-Processed: `prompt`)."},
+        metadata={
+            "help": "Column holding the problem text (MATH: `problem`; DAPO-Math-17k-Processed: `prompt`)."
+        },
     )
     answer_column: str = field(
         default="answer",
@@ -54,7 +56,9 @@ class RLScriptArguments(ScriptArguments):
     )
     answer_from_solution: bool = field(
         default=False,
-        metadata={"help": "Take the ground truth as the last \\boxed{} of `answer_column` (a worked solution)."},
+        metadata={
+            "help": "Take the ground truth as the last \\boxed{} of `answer_column` (a worked solution)."
+        },
     )
     prompt_template: str = field(
         default="qwen_math",
@@ -97,7 +101,9 @@ def build_parser(config_cls: type, *extra: type) -> TrlParser:
     return TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
 
 
-def parse_script_args(config_cls: type, method: str, argv: Sequence[str] | None = None, extra: Sequence[type] = ()):
+def parse_script_args(
+    config_cls: type, method: str, argv: Sequence[str] | None = None, extra: Sequence[type] = ()
+):
     """Parse ``argv`` (default ``sys.argv[1:]``) into ``(script_args, training_args, model_args, *extra)``.
 
     Without ``--config`` and without ``--model_name_or_path`` the packaged toy recipe for ``method`` is
@@ -211,7 +217,9 @@ def load_train_dataset(script_args: RLScriptArguments):
         suffix = Path(name).suffix.lstrip(".")
         builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(suffix)
         if builder is None:
-            raise ValueError(f"--dataset_name {name!r}: unsupported file type {suffix!r}; use jsonl, json, parquet or csv.")
+            raise ValueError(
+                f"--dataset_name {name!r}: unsupported file type {suffix!r}; use jsonl, json, parquet or csv."
+            )
         dataset = load_dataset(builder, data_files={"train": name})["train"]
     else:
         dataset = load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)

@@ -31,31 +31,53 @@ def main(out_path: str) -> None:
         build_toy_model(tokenizer, seed=0).save_pretrained(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
         tokenizer.padding_side = "left"
-        dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Compute {i} + 1."}] for i in range(64)]})
-        args = DAPOConfig(
-            output_dir=folder, use_cpu=True, bf16=False, max_steps=2, per_device_train_batch_size=6,
-            num_generations=4, max_completion_length=8, logging_steps=1, report_to="none", save_strategy="no",
-            dynamic_sampling=True, seed=0,
+        dataset = Dataset.from_dict(
+            {"prompt": [[{"role": "user", "content": f"Compute {i} + 1."}] for i in range(64)]}
         )
-        trainer = DAPOTrainer(model=folder, reward_funcs=parity_reward, args=args, train_dataset=dataset,
-                              processing_class=tokenizer)
+        args = DAPOConfig(
+            output_dir=folder,
+            use_cpu=True,
+            bf16=False,
+            max_steps=2,
+            per_device_train_batch_size=6,
+            num_generations=4,
+            max_completion_length=8,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            dynamic_sampling=True,
+            seed=0,
+        )
+        trainer = DAPOTrainer(
+            model=folder,
+            reward_funcs=parity_reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
         batches = []
         original = DAPOTrainer._generate_and_score_completions
 
         def spy(self, inputs):
             output = original(self, inputs)
-            batches.append({
-                "rows": int(output["completion_ids"].shape[0]),
-                "advantages": output["advantages"].tolist(),
-                "num_items_in_batch": float(output["num_items_in_batch"]),
-                "mask_sum": float(output["completion_mask"].sum()),
-            })
+            batches.append(
+                {
+                    "rows": int(output["completion_ids"].shape[0]),
+                    "advantages": output["advantages"].tolist(),
+                    "num_items_in_batch": float(output["num_items_in_batch"]),
+                    "mask_sum": float(output["completion_mask"].sum()),
+                }
+            )
             return output
 
         DAPOTrainer._generate_and_score_completions = spy
         trainer.train()
-        rounds = [r["dynamic_sampling/rounds"] for r in trainer.state.log_history if "dynamic_sampling/rounds" in r]
-        everything = gather_object([{"rank": trainer.accelerator.process_index, "batches": batches, "rounds": rounds}])
+        rounds = [
+            r["dynamic_sampling/rounds"] for r in trainer.state.log_history if "dynamic_sampling/rounds" in r
+        ]
+        everything = gather_object(
+            [{"rank": trainer.accelerator.process_index, "batches": batches, "rounds": rounds}]
+        )
         if trainer.accelerator.is_main_process:
             with open(out_path, "w") as handle:
                 json.dump(everything, handle)
