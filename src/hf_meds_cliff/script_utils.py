@@ -87,6 +87,14 @@ class RLScriptArguments(ScriptArguments):
         default=2000, metadata={"help": "Number of toy training problems (toy world only)."}
     )
     toy_seed: int = field(default=0, metadata={"help": "Seed of the toy world's data and warm-up."})
+    max_prompt_tokens: int | None = field(
+        default=2048,
+        metadata={
+            "help": "Warn (how many, and the longest rows) when prompts are longer than this many tokens after the "
+            "chat template: TRL does not truncate prompts, so one very long problem slows every batch it is in. "
+            "`None` skips the check."
+        },
+    )
     min_free_disk_mb: int = field(
         default=1024,
         metadata={
@@ -283,12 +291,18 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
     if training_args.model_init_kwargs:
         model_init_kwargs.update(training_args.model_init_kwargs)
     training_args.model_init_kwargs = {k: v for k, v in model_init_kwargs.items() if v is not None}
+    train_dataset = load_train_dataset(script_args)
+    tokenizer = load_tokenizer(model_path, model_args, training_args.trust_remote_code)
+    if training_args.process_index == 0:
+        from .data import warn_long_prompts
+
+        warn_long_prompts(train_dataset, tokenizer, script_args.max_prompt_tokens)
     return trainer_cls(
         model=model_path,
         reward_funcs=build_reward_funcs(script_args, training_args),
         args=training_args,
-        train_dataset=load_train_dataset(script_args),
-        processing_class=load_tokenizer(model_path, model_args, training_args.trust_remote_code),
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         **({"quantization_config": quantization_config} if quantization_config is not None else {}),
         **trainer_kwargs,
