@@ -223,18 +223,16 @@ def warn_long_prompts(dataset, tokenizer, max_prompt_tokens: int | None) -> list
     generation batch (and may not fit in memory)."""
     if max_prompt_tokens is None or "prompt" not in dataset.column_names:
         return []
-    lengths = []
-    for prompt in dataset["prompt"]:
+
+    def model_input(prompt) -> str:  # what TRL feeds the model: the chat template for conversational prompts
         if isinstance(prompt, str):
-            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        elif getattr(tokenizer, "chat_template", None):
-            ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
-            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        else:
-            ids = tokenizer("\n\n".join(str(m.get("content", "")) for m in prompt), add_special_tokens=False)[
-                "input_ids"
-            ]
-        lengths.append(len(ids))
+            return prompt
+        if getattr(tokenizer, "chat_template", None):
+            return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return "\n\n".join(str(message.get("content", "")) for message in prompt)
+
+    texts = [model_input(prompt) for prompt in dataset["prompt"]]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     long_rows = [i for i, length in enumerate(lengths) if length > max_prompt_tokens]
     if long_rows:
         longest = sorted(long_rows, key=lambda i: -lengths[i])[:_EXAMPLES_SHOWN]
