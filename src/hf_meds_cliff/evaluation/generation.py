@@ -80,30 +80,37 @@ def sample_seed(problem_seed: int, sample_index: int) -> int:
 _MASK32 = 0xFFFFFFFF
 
 
+def _mix32_(values):
+    """Wellons' "lowbias32" integer hash of uint32 values held in an int64 tensor, in place; results < 2**32."""
+    values &= _MASK32
+    values ^= values >> 16
+    values *= 0x7FEB352D  # products stay below 2**63: exact in int64
+    values &= _MASK32
+    values ^= values >> 15
+    values *= 0x846CA68B  # may wrap past 2**63; the low 32 bits are still exact
+    values &= _MASK32
+    values ^= values >> 16
+    return values
+
+
 def _mix32(values):
-    """An integer hash of uint32 values held in an int64 tensor (Wellons' "lowbias32"); same shape, < 2**32."""
-    values = values & _MASK32
-    values = values ^ (values >> 16)
-    values = (values * 0x7FEB352D) & _MASK32  # products stay below 2**63: exact in int64
-    values = values ^ (values >> 15)
-    values = (values * 0x846CA68B) & _MASK32  # may wrap past 2**63; the low 32 bits are still exact
-    return values ^ (values >> 16)
+    return _mix32_(values.clone())
 
 
-def counter_uniform(row_seeds, step: int, vocab_size: int):
-    """``(B, V)`` float64 uniforms in (0, 1): a pure function of (row seed, step, token id), 53 bits each.
+def counter_uniform(row_seeds, step: int, vocab_size: int, token_hashes=None):
+    """``(B, V)`` float64 uniforms in (0, 1): a pure function of (row seed, step, token id), 32 bits each.
 
-    ``row_seeds`` is a ``(B,)`` int64 tensor; the device of the result is theirs.
+    ``row_seeds`` is a ``(B,)`` int64 tensor; the device of the result is theirs. ``token_hashes`` (``_mix32`` of
+    the token ids, as :class:`PerRowSeededSampler` caches them) saves recomputing them every step.
     """
     import torch
 
-    tokens = torch.arange(vocab_size, dtype=torch.int64, device=row_seeds.device)
+    if token_hashes is None:
+        token_hashes = _mix32(torch.arange(vocab_size, dtype=torch.int64, device=row_seeds.device) * 2 + 1)
     step_key = _mix32(torch.tensor(int(step) + 0x9E3779B9, dtype=torch.int64, device=row_seeds.device))
     row_key = _mix32(row_seeds.to(torch.int64) ^ step_key).unsqueeze(1)  # (B, 1)
-    high = _mix32(row_key ^ _mix32(tokens * 2 + 1).unsqueeze(0))  # (B, V)
-    low = _mix32(high + 0x632BE5AB)
-    bits = (high << 21) | (low >> 11)  # 53 random bits
-    return (bits.double() + 0.5) / float(1 << 53)
+    bits = _mix32_(row_key ^ token_hashes.unsqueeze(0))  # (B, V), a fresh tensor: hashed in place
+    return (bits.double() + 0.5) / float(1 << 32)
 
 
 class PerRowSeededSampler:
@@ -123,6 +130,7 @@ class PerRowSeededSampler:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self._first_length: int | None = None
+        self._token_hashes = None
 
     def __call__(self, input_ids, scores):
         import torch
@@ -137,7 +145,12 @@ class PerRowSeededSampler:
             from transformers import TopPLogitsWarper
 
             scores = TopPLogitsWarper(self.top_p)(input_ids, scores)
-        uniform = counter_uniform(self.row_seeds.to(scores.device), step, scores.shape[1])
+        if self._token_hashes is None or self._token_hashes.shape[0] != scores.shape[1]:
+            tokens = torch.arange(scores.shape[1], dtype=torch.int64, device=scores.device)
+            self._token_hashes = _mix32(tokens * 2 + 1)
+        uniform = counter_uniform(
+            self.row_seeds.to(scores.device), step, scores.shape[1], token_hashes=self._token_hashes
+        )
         gumbel = -torch.log(-torch.log(uniform))
         return (scores.double() + gumbel).float()
 
