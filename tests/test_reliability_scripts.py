@@ -124,3 +124,16 @@ def test_model_card_written_by_the_trainer_has_no_token(tmp_path, monkeypatch):
     card = (tmp_path / "run" / "README.md").read_text()
     assert "--hub_token '<redacted>' --output_dir x" in card
     assert HUB_TOKEN not in card
+
+
+def test_hub_token_on_the_command_line_warns_where_transformers_still_keeps_it(tmp_path, caplog):
+    original = logging.getLogRecordFactory()
+    try:
+        with caplog.at_level(logging.WARNING, logger="hf_meds_cliff.script_utils"):
+            _, parsed = _parse("train_grpo", "--output_dir", str(tmp_path), "--hub_token", HUB_TOKEN)
+            logging.getLogger("hf_meds_cliff.script_utils").warning("token in use: %s", parsed[1].hub_token)
+    finally:
+        logging.setLogRecordFactory(original)
+    assert parsed[1].hub_token == HUB_TOKEN  # still usable for the upload itself
+    assert "training_args.bin" in caplog.text and "hf auth login" in caplog.text
+    assert HUB_TOKEN not in caplog.text and f"token in use: {REDACTED}" in caplog.text

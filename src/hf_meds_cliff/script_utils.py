@@ -141,6 +141,11 @@ def parse_script_args(
             ) from err
         raise
     script_args, training_args, model_args = parsed[:3]
+    if getattr(training_args, "hub_token", None):
+        logger.warning(
+            "--hub_token is kept out of the model card and the logs, but transformers pickles it into "
+            "training_args.bin, which push_to_hub uploads; prefer `hf auth login` or the HF_TOKEN variable."
+        )
     check_compatibility(script_args, training_args, model_args)
     return parsed
 
