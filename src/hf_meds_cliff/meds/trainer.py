@@ -375,7 +375,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         try:
             memory = ErrorMemory.load(path)
             self._meds_check_restored_memory(memory, path)
-        except (FileNotFoundError, ValueError) as error:
+        except (OSError, ValueError) as error:  # missing, unreadable, truncated or mismatched files
             if not self.args.meds_allow_empty_memory_on_resume:
                 raise ValueError(
                     f"Cannot resume MEDS from {checkpoint}: its error memory is not usable. {error} Options: resume "
