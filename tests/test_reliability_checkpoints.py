@@ -10,6 +10,8 @@ The trainers are built on the untrained toy model (no warm-up) and the checkpoin
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -240,3 +242,61 @@ def test_cliff_resume_without_valid_state_is_an_error_unless_allowed(tmp_path, c
     allowed = _cliff_trainer(tmp_path / "run", cliff_allow_missing_state_on_resume=True)
     allowed._load_optimizer_and_scheduler(str(state.parent))
     assert allowed.cliff_judge.references == {} and "EMPTY Cliff caches" in caplog.text
+
+
+KILLED_SAVE = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+import torch
+torch.set_num_threads(1)
+import hf_meds_cliff.meds.memory as memory_module
+from test_reliability_checkpoints import _grow_memory, _meds_trainer, _save
+
+trainer = _meds_trainer(sys.argv[1])
+print(_grow_memory(trainer, 1), flush=True)
+_save(trainer, 1)
+_grow_memory(trainer, 2)
+real = memory_module.write_atomically
+
+def die_halfway_through_the_json(path, write):
+    if path.name != "meds_memory.json":
+        return real(path, write)
+
+    def half_then_sigkill(handle):
+        handle.write(b'{"format_version": 2, "con')
+        handle.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return real(path, half_then_sigkill)
+
+memory_module.write_atomically = die_halfway_through_the_json
+_save(trainer, 2)
+"""
+
+
+@pytest.mark.slow
+def test_meds_sigkill_while_saving_the_memory_then_resume_true(tmp_path):
+    """A real SIGKILL (no cleanup code runs) in the middle of the memory's JSON write at checkpoint 2."""
+    run = tmp_path / "run"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_SAVE, str(run), str(ROOT / "tests")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    first = killed.stdout.split()[0]
+    memory_dir = run / "checkpoint-2" / MEMORY_DIRNAME
+    leftovers = [p.name for p in memory_dir.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers and leftovers[0].startswith(".meds_memory.json.")  # what a kill leaves behind
+    assert not (run / "checkpoint-2" / "trainer_state.json").exists()
+
+    checkpoint = resolve_resume_checkpoint("true", run)
+    assert checkpoint == str(run / "checkpoint-1")
+    resumed = _meds_trainer(run)
+    resumed._load_optimizer_and_scheduler(checkpoint)
+    assert resumed.meds_memory.fingerprint() == first
+    _save(resumed, 2)  # the resumed run reaches step 2 again: its save replaces the debris
+    assert sorted(p.name for p in memory_dir.iterdir()) == ["meds_memory.json", MEMORY_NPZ_NAME]
+    assert resolve_resume_checkpoint("true", run) == str(run / "checkpoint-2")
