@@ -56,6 +56,7 @@ def test_memory_save_removes_temporaries_of_a_killed_save(tmp_path):
     # A SIGKILL mid-write leaves the temporary file (no `except` runs): the next save into the folder removes it.
     tmp_path.joinpath(f".{MEMORY_NPZ_NAME}.abc123.tmp").write_bytes(b"")
     tmp_path.joinpath(f".{MEMORY_JSON_NAME}.def456.tmp").write_bytes(b"{")
+    tmp_path.joinpath(f".{MEMORY_NPZ_NAME}.olderstyle").write_bytes(b"")  # earlier versions: no .tmp suffix
     tmp_path.joinpath(".unrelated.tmp").write_bytes(b"keep")
     _filled_memory().save(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".unrelated.tmp", MEMORY_JSON_NAME, MEMORY_NPZ_NAME]

@@ -92,9 +92,8 @@ def remove_stale_temporaries(directory: str | os.PathLike, names: tuple[str, ...
         return []
     removed = []
     for candidate in directory.iterdir():
-        if candidate.name.endswith(_TEMPORARY_SUFFIX) and any(
-            candidate.name.startswith(f".{name}.") for name in names
-        ):
+        # the prefix alone: temporary files of versions before the ".tmp" suffix were ".<name>.<random>"
+        if candidate.is_file() and any(candidate.name.startswith(f".{name}.") for name in names):
             candidate.unlink(missing_ok=True)
             removed.append(candidate)
     if removed:

@@ -58,8 +58,10 @@ exactly the stored rows and the next step's cluster sizes count only rows still 
 
 Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
 spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
-keys in a typed JSON encoding, counters). :meth:`ErrorMemory.load` restores a memory whose
-:meth:`~ErrorMemory.fingerprint` and future assignments equal the original's.
+keys in a typed JSON encoding, counters, and an integrity record: the npz's SHA-256 and the memory's
+fingerprint). Both are written atomically, the JSON last. :meth:`ErrorMemory.load` restores a memory whose
+:meth:`~ErrorMemory.fingerprint` and future assignments equal the original's, and rejects mismatched,
+truncated or edited files with an error naming the file.
 
 >>> import numpy as np
 >>> memory = ErrorMemory()
