@@ -54,9 +54,15 @@ def method_hyperparameters(args: Any, prefix: str) -> dict[str, Any]:
 
 
 def reproduce_command(argv: list[str] | None = None) -> str:
-    """The command line of this process, quoted for a shell (``accelerate launch`` shows as ``python``)."""
+    """The command line of this process, quoted for a shell (``accelerate launch`` shows as ``python``).
+
+    Secrets (``--hub_token``, API keys, passwords; see :mod:`hf_meds_cliff.redaction`) become ``<redacted>``:
+    the card is uploaded with the model.
+    """
+    from .redaction import redact_argv
+
     argv = sys.argv if argv is None else argv
-    return " ".join(["python", *(shlex.quote(a) for a in argv)])
+    return " ".join(["python", *(shlex.quote(a) for a in redact_argv(argv))])
 
 
 def model_index_from_summary(summary: Mapping[str, Any], model_name: str) -> list[dict[str, Any]]:

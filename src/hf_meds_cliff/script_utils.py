@@ -87,6 +87,21 @@ class RLScriptArguments(ScriptArguments):
         default=2000, metadata={"help": "Number of toy training problems (toy world only)."}
     )
     toy_seed: int = field(default=0, metadata={"help": "Seed of the toy world's data and warm-up."})
+    max_prompt_tokens: int | None = field(
+        default=2048,
+        metadata={
+            "help": "Warn (how many, and the longest rows) when prompts are longer than this many tokens after the "
+            "chat template: TRL does not truncate prompts, so one very long problem slows every batch it is in. "
+            "`None` skips the check."
+        },
+    )
+    min_free_disk_mb: int = field(
+        default=1024,
+        metadata={
+            "help": "Stop before training unless --output_dir is writable and has at least this many MiB free "
+            "(checkpoints and the final model go there; 0 checks writability only)."
+        },
+    )
 
 
 def toy_recipe_path(method: str) -> Path:
@@ -110,6 +125,9 @@ def parse_script_args(
     loaded first, so ``python scripts/train_<method>.py`` alone is the CPU toy run.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    from .redaction import redact_secrets_in_logs, secret_values
+
+    redact_secrets_in_logs(secret_values(args))  # e.g. --hub_token: never in a log line, whoever logs it
     if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
         args = ["--config", str(toy_recipe_path(method)), *args]
     parser = build_parser(config_cls, *extra)
@@ -123,6 +141,11 @@ def parse_script_args(
             ) from err
         raise
     script_args, training_args, model_args = parsed[:3]
+    if getattr(training_args, "hub_token", None):
+        logger.warning(
+            "--hub_token is kept out of the model card and the logs, but transformers pickles it into "
+            "training_args.bin, which push_to_hub uploads; prefer `hf auth login` or the HF_TOKEN variable."
+        )
     check_compatibility(script_args, training_args, model_args)
     return parsed
 
@@ -273,12 +296,18 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
     if training_args.model_init_kwargs:
         model_init_kwargs.update(training_args.model_init_kwargs)
     training_args.model_init_kwargs = {k: v for k, v in model_init_kwargs.items() if v is not None}
+    train_dataset = load_train_dataset(script_args)
+    tokenizer = load_tokenizer(model_path, model_args, training_args.trust_remote_code)
+    if training_args.process_index == 0:
+        from .data import warn_long_prompts
+
+        warn_long_prompts(train_dataset, tokenizer, script_args.max_prompt_tokens)
     return trainer_cls(
         model=model_path,
         reward_funcs=build_reward_funcs(script_args, training_args),
         args=training_args,
-        train_dataset=load_train_dataset(script_args),
-        processing_class=load_tokenizer(model_path, model_args, training_args.trust_remote_code),
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         **({"quantization_config": quantization_config} if quantization_config is not None else {}),
         **trainer_kwargs,
@@ -295,13 +324,52 @@ def write_metrics(trainer, output_dir: str | os.PathLike) -> Path:
     return path
 
 
+def prepare_output_dir(script_args: RLScriptArguments, training_args) -> str | None:
+    """Checks made before any model is loaded; returns the checkpoint to resume from (``None``: fresh start).
+
+    ``--resume_from_checkpoint`` takes ``true`` (the latest complete ``checkpoint-N`` in ``--output_dir``),
+    ``false`` or a checkpoint folder, as in TRL's scripts (a bare string ``"true"`` would otherwise reach
+    ``Trainer.train`` as a path). The output folder must be writable with ``--min_free_disk_mb`` free, so a full
+    or read-only disk stops the run now rather than at its final save.
+    """
+    from .checkpointing import check_output_dir, resolve_resume_checkpoint
+
+    checkpoint = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if training_args.should_save:
+        if script_args.min_free_disk_mb < 0:
+            raise ValueError(f"--min_free_disk_mb {script_args.min_free_disk_mb} must be >= 0.")
+        check_output_dir(training_args.output_dir, script_args.min_free_disk_mb * 2**20)
+    return checkpoint
+
+
+def _warn_if_a_checkpoint_may_not_fit(trainer) -> None:
+    """Warn when the output disk has less room than one checkpoint (weights, plus Adam moments unless
+    ``save_only_model``), estimated from the model's parameters."""
+    from .checkpointing import free_bytes
+
+    parameters = list(trainer.model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in parameters)
+    moments = 0 if trainer.args.save_only_model else sum(8 * p.numel() for p in parameters if p.requires_grad)
+    needed, available = weights + moments, free_bytes(trainer.args.output_dir)
+    if trainer.args.save_strategy != "no" and available < needed:
+        logger.warning(
+            "%s has %.1f GiB free but one checkpoint needs about %.1f GiB: checkpoints may fail mid-run.",
+            trainer.args.output_dir,
+            available / 2**30,
+            needed / 2**30,
+        )
+
+
 def run_training(trainer_cls: type, script_args, training_args, model_args, **trainer_kwargs):
     """Build the trainer, train (resuming if asked), save model + tokenizer + metrics; returns the trainer.
 
     The caller ends the run with ``trainer.end()`` once nothing else needs the other processes.
     """
+    checkpoint = prepare_output_dir(script_args, training_args)
     trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    if trainer.accelerator.is_main_process:
+        _warn_if_a_checkpoint_may_not_fit(trainer)
+    trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)
     dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name
     trainer.create_model_card(dataset_name=dataset_name)  # README.md; rank 0 only (TRL checks)

@@ -40,6 +40,8 @@ class CliffConfig(DAPOConfig):
             Which reward function decides correctness, and the value from which a rollout counts as correct.
         cliff_answer_column (`str`, defaults to `"answer"`): Dataset column with the ground-truth answer used to
             verify the teacher's reference solutions.
+        cliff_allow_missing_state_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
+            `cliff_state.json` by starting with empty caches (otherwise that is an error naming the checkpoint).
     """
 
     cliff_lam: float = field(
@@ -117,6 +119,14 @@ class CliffConfig(DAPOConfig):
         default=True,
         metadata={
             "help": "Cache judgments per (prompt, completion) so a repeated rollout is not judged twice."
+        },
+    )
+    cliff_allow_missing_state_on_resume: bool = field(
+        default=False,
+        metadata={
+            "help": "When the checkpoint to resume from has no valid cliff_state.json (missing, truncated or "
+            "corrupt), start with empty reference/judgment caches (more teacher calls) with a warning instead of "
+            "stopping with an error."
         },
     )
     cliff_self_consistency: int = field(

@@ -287,13 +287,23 @@ class CliffJudge:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s caches; a malformed state raises ``ValueError`` saying what is wrong."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(
                 f"Unsupported Cliff cache state (version {state.get('version') if isinstance(state, dict) else None!r},"
-                f" expected {STATE_VERSION}); delete cliff_state.json from the checkpoint to start with empty caches."
+                f" expected {STATE_VERSION}): cliff_state.json was written by another hf_meds_cliff version or edited."
             )
-        self.references = {str(k): str(v) for k, v in state["references"].items()}
-        self.judgments = {str(k): dict(v) for k, v in state["judgments"].items()}
+        references, judgments = state.get("references"), state.get("judgments")
+        if not isinstance(references, dict) or not all(isinstance(v, str) for v in references.values()):
+            raise ValueError(
+                f"Cliff cache state: 'references' must map prompt keys to solution texts, got {references!r:.80}."
+            )
+        if not isinstance(judgments, dict) or not all(isinstance(v, dict) for v in judgments.values()):
+            raise ValueError(
+                f"Cliff cache state: 'judgments' must map keys to judgment objects, got {judgments!r:.80}."
+            )
+        self.references = {str(k): v for k, v in references.items()}
+        self.judgments = {str(k): dict(v) for k, v in judgments.items()}
 
     # -- running coroutines --------------------------------------------------------------------------------------
 

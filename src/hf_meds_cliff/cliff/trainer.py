@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -13,9 +12,14 @@ from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
+from ..checkpointing import (
+    checkpoint_folder,
+    read_json_file,
+    remove_stale_temporaries,
+    write_json_atomically,
+)
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -53,7 +57,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
       ``(B, T)`` tensor with the rest of the batch). Logged ``advantages`` in the completions table stay TRL's
       per-sequence values. Evaluation batches are left untouched (no teacher calls).
     - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the reference and judgment caches as
-      ``cliff_state.json`` in every checkpoint and restore them on resume.
+      ``cliff_state.json`` in every checkpoint (atomically, before TRL's own files) and restore them on resume; a
+      checkpoint without a valid one is an error unless ``cliff_allow_missing_state_on_resume``.
     - ``create_model_card`` (from :class:`~hf_meds_cliff.model_card.MethodModelCardMixin`): adds the ``cliff_*``
       hyperparameters and the reproduce command.
 
@@ -278,29 +283,41 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
     # -- checkpointing ------------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # Written first: transformers writes trainer_state.json (what marks a checkpoint complete) and rotates older
+        # checkpoints only at the end of super(), so a kill while saving never leaves a complete-looking checkpoint
+        # without the caches.
         if self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, CLIFF_STATE_NAME), "w") as handle:
-                json.dump(self.cliff_judge.state_dict(), handle)
+            folder = checkpoint_folder(self, trial)
+            folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(folder, (CLIFF_STATE_NAME,))
+            write_json_atomically(folder / CLIFF_STATE_NAME, self.cliff_judge.state_dict())
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
         path = os.path.join(checkpoint, CLIFF_STATE_NAME)
-        if os.path.isfile(path):
-            with open(path) as handle:
-                self.cliff_judge.load_state_dict(json.load(handle))
-            logger.info(
-                "Restored Cliff caches from %s (%d references, %d judgments)",
-                path, len(self.cliff_judge.references), len(self.cliff_judge.judgments),
-            )  # fmt: skip
-        else:
-            logger.warning("No %s in %s; Cliff caches start empty.", CLIFF_STATE_NAME, checkpoint)
+        try:
+            self.cliff_judge.load_state_dict(read_json_file(path, fix=""))
+        except ValueError as error:
+            if not self.args.cliff_allow_missing_state_on_resume:
+                raise ValueError(
+                    f"Cannot resume Cliff from {checkpoint}: its {CLIFF_STATE_NAME} is not usable. {error} Options: "
+                    "resume from another checkpoint whose cliff_state.json is intact (--resume_from_checkpoint "
+                    "PATH), or pass --cliff_allow_missing_state_on_resume true to continue with empty reference and "
+                    "judgment caches (the teacher is asked again)."
+                ) from error
+            logger.warning(
+                "cliff_allow_missing_state_on_resume: resuming from %s with EMPTY Cliff caches (%s).",
+                checkpoint,
+                error,
+            )
+            return
+        logger.info(
+            "Restored Cliff caches from %s (%d references, %d judgments)",
+            path, len(self.cliff_judge.references), len(self.cliff_judge.judgments),
+        )  # fmt: skip
 
     def close_teacher(self) -> None:
         """Close the teacher's client/model and its event loop."""

@@ -4,12 +4,17 @@ Both take chat prompts and per-prompt seeds and return ``n`` :class:`Sample` per
 runner and the results format do not depend on the backend.
 
 Seeding: vLLM gets one ``SamplingParams(n=..., seed=...)`` per prompt, so a problem's samples depend
-only on its seed. transformers' ``generate`` has no per-row generator, so a batch is seeded with the
-seed of its first problem: results are reproducible for the same pending problems and batch size.
+only on its seed. transformers' ``generate`` has no per-row generator, so :class:`TransformersBackend`
+samples with the Gumbel-max trick itself (:class:`PerRowSeededSampler`): the noise of sample ``j`` of a
+problem at decoding step ``t`` is a hash of (:func:`sample_seed`, ``t``, token id), independent of the
+other rows of the batch and of the global torch RNG. A sample therefore depends only on its problem's seed
+and its index (up to float noise in the logits of differently padded batches), so a run resumed after a
+kill mid-batch, or run with another ``batch_size``, gives the same samples as an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 from collections.abc import Sequence
@@ -60,6 +65,94 @@ class GenerationBackend(Protocol):
         self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
     ) -> list[list[Sample]]:
         """``settings.num_samples`` samples for each chat prompt."""
+
+
+def sample_seed(problem_seed: int, sample_index: int) -> int:
+    """A 31-bit seed for sample ``sample_index`` of a problem seeded with ``problem_seed``.
+
+    >>> sample_seed(7, 0) == sample_seed(7, 0) != sample_seed(7, 1)
+    True
+    """
+    digest = hashlib.blake2b(f"{int(problem_seed)}:{int(sample_index)}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32_(values):
+    """Wellons' "lowbias32" integer hash of uint32 values held in an int64 tensor, in place; results < 2**32."""
+    values &= _MASK32
+    values ^= values >> 16
+    values *= 0x7FEB352D  # products stay below 2**63: exact in int64
+    values &= _MASK32
+    values ^= values >> 15
+    values *= 0x846CA68B  # may wrap past 2**63; the low 32 bits are still exact
+    values &= _MASK32
+    values ^= values >> 16
+    return values
+
+
+def _mix32(values):
+    return _mix32_(values.clone())
+
+
+def counter_uniform(row_seeds, step: int, vocab_size: int, token_hashes=None):
+    """``(B, V)`` float64 uniforms in (0, 1): a pure function of (row seed, step, token id), 32 bits each.
+
+    ``row_seeds`` is a ``(B,)`` int64 tensor; the device of the result is theirs. ``token_hashes`` (``_mix32`` of
+    the token ids, as :class:`PerRowSeededSampler` caches them) saves recomputing them every step.
+    """
+    import torch
+
+    if token_hashes is None:
+        token_hashes = _mix32(torch.arange(vocab_size, dtype=torch.int64, device=row_seeds.device) * 2 + 1)
+    step_key = _mix32(torch.tensor(int(step) + 0x9E3779B9, dtype=torch.int64, device=row_seeds.device))
+    row_key = _mix32(row_seeds.to(torch.int64) ^ step_key).unsqueeze(1)  # (B, 1)
+    bits = _mix32_(row_key ^ token_hashes.unsqueeze(0))  # (B, V), a fresh tensor: hashed in place
+    return (bits.double() + 0.5) / float(1 << 32)
+
+
+class PerRowSeededSampler:
+    """A ``transformers`` logits processor that turns greedy decoding into sampling with one seed per row.
+
+    Temperature and top-p are applied to the scores, then Gumbel noise from :func:`counter_uniform` is added:
+    the arg-max of ``logits / T + Gumbel`` is an exact sample of ``softmax(logits / T)`` (Gumbel-max trick).
+    Use with ``do_sample=False`` (and no other warper), one instance per ``generate`` call.
+    """
+
+    def __init__(self, row_seeds: Sequence[int], temperature: float, top_p: float = 1.0):
+        import torch
+
+        if not temperature > 0:
+            raise ValueError(f"temperature={temperature} must be > 0 to sample (use greedy decoding for 0).")
+        self.row_seeds = torch.tensor([int(seed) for seed in row_seeds], dtype=torch.int64)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self._first_length: int | None = None
+        self._token_hashes = None
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if scores.shape[0] != self.row_seeds.shape[0]:
+            raise ValueError(f"{scores.shape[0]} rows but {self.row_seeds.shape[0]} row seeds were given.")
+        if self._first_length is None:
+            self._first_length = input_ids.shape[1]  # the padded prompt: steps count from here
+        step = input_ids.shape[1] - self._first_length
+        scores = scores.float() / self.temperature
+        if self.top_p < 1.0:
+            from transformers import TopPLogitsWarper
+
+            scores = TopPLogitsWarper(self.top_p)(input_ids, scores)
+        if self._token_hashes is None or self._token_hashes.shape[0] != scores.shape[1]:
+            tokens = torch.arange(scores.shape[1], dtype=torch.int64, device=scores.device)
+            self._token_hashes = _mix32(tokens * 2 + 1)
+        uniform = counter_uniform(
+            self.row_seeds.to(scores.device), step, scores.shape[1], token_hashes=self._token_hashes
+        )
+        gumbel = -torch.log(-torch.log(uniform))
+        return (scores.double() + gumbel).float()
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]], chat_template_kwargs: dict | None = None) -> str:
@@ -146,7 +239,7 @@ class TransformersBackend:
         self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
     ) -> list[list[Sample]]:
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         if len(prompts) != len(seeds):
             raise ValueError(f"Got {len(seeds)} seeds for {len(prompts)} prompts.")
@@ -154,21 +247,17 @@ class TransformersBackend:
             return []
         texts = [render_prompt(self.tokenizer, p, self.chat_template_kwargs) for p in prompts]
         rows = [text for text in texts for _ in range(settings.num_samples)]
+        row_seeds = [sample_seed(seed, index) for seed in seeds for index in range(settings.num_samples)]
         sampling = settings.temperature > 0
         generation_config = GenerationConfig(
-            do_sample=sampling,
-            temperature=settings.temperature if sampling else None,
-            top_p=settings.top_p if sampling else None,
-            top_k=0 if sampling else None,  # no implicit top-k: the paper samples from the full distribution
+            do_sample=False,  # sampling happens in PerRowSeededSampler (one seed per sample, see module docstring)
             repetition_penalty=1.0,  # explicit, else a model's generation_config.json default would apply
             max_new_tokens=settings.max_new_tokens,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=sorted(self.eos_token_ids),
         )
         samples: list[Sample] = []
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(int(seeds[0]))
+        with torch.inference_mode():
             for start in range(0, len(rows), self.batch_size):
                 encoded = self.tokenizer(
                     rows[start : start + self.batch_size],
@@ -176,7 +265,13 @@ class TransformersBackend:
                     padding=True,
                     add_special_tokens=False,
                 ).to(self.device)
-                output = self.model.generate(**encoded, generation_config=generation_config)
+                processors = LogitsProcessorList()
+                if sampling:  # no implicit top-k: the paper samples from the full distribution
+                    batch_seeds = row_seeds[start : start + self.batch_size]
+                    processors.append(PerRowSeededSampler(batch_seeds, settings.temperature, settings.top_p))
+                output = self.model.generate(
+                    **encoded, generation_config=generation_config, logits_processor=processors
+                )
                 generated = output[:, encoded["input_ids"].shape[1] :].tolist()
                 for token_ids in generated:
                     length = next(

@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checkpointing import read_json_file, write_atomically, write_json_atomically
 from ..data import PROMPT_TEMPLATES
 from ..rewards import DEFAULT_TIMEOUT_SECONDS, MathVerifyPool, check_answers
 from .benchmarks import EvalProblem, known_benchmarks, load_benchmark, resolve_benchmark_name
@@ -245,7 +245,15 @@ def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
     config_path = output_dir / CONFIG_FILE
     current = {name: getattr(args, name) for name in _SAMPLE_DEFINING_FIELDS}
     if config_path.exists():
-        previous = json.loads(config_path.read_text())
+        previous = read_json_file(
+            config_path,
+            f"Delete it to re-record the current settings, or pass --overwrite to discard {output_dir}.",
+        )
+        if not isinstance(previous, dict):
+            raise ValueError(
+                f"{config_path} must hold a JSON object, got {type(previous).__name__}; delete it to re-record the "
+                "current settings, or pass --overwrite."
+            )
         mismatched = {
             name: (previous.get(name), value)
             for name, value in current.items()
@@ -257,16 +265,14 @@ def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
                 f"{output_dir} holds results from different settings ({details}). Use another --output_dir, "
                 "or --overwrite to discard them."
             )
-    config_path.write_text(json.dumps({**current, "k_values": args.k_values}, indent=2) + "\n")
+    write_json_atomically(config_path, {**current, "k_values": args.k_values}, indent=2)
 
 
 def _rewrite_complete(path: Path, completed: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
-    temporary = path.with_suffix(".jsonl.tmp")
-    with temporary.open("w") as handle:
-        for records in completed.values():
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    os.replace(temporary, path)
+    lines = "".join(
+        json.dumps(record, ensure_ascii=False) + "\n" for records in completed.values() for record in records
+    )
+    write_atomically(path, lambda handle: handle.write(lines.encode("utf-8")))
 
 
 def _score(

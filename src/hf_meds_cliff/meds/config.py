@@ -46,6 +46,8 @@ class MEDSConfig(DAPOConfig):
             `1.0`): Which reward function decides correctness, and the value from which a rollout counts as correct.
         meds_save_memory (`bool`, defaults to `True`): Save the error memory with every checkpoint and restore it on
             resume.
+        meds_allow_empty_memory_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
+            memory by starting from an empty one (otherwise that is an error naming the checkpoint).
     """
 
     meds_alpha: float = field(
@@ -141,6 +143,14 @@ class MEDSConfig(DAPOConfig):
         metadata={
             "help": "Save the error memory (npz + JSON) in every checkpoint and restore it on resume, so a "
             "resumed run assigns the same cluster sizes as an uninterrupted one."
+        },
+    )
+    meds_allow_empty_memory_on_resume: bool = field(
+        default=False,
+        metadata={
+            "help": "When the checkpoint to resume from has no valid error memory (missing, truncated or "
+            "corrupt meds_memory/), start from an empty memory with a warning instead of stopping with an error. "
+            "Cluster sizes then restart from zero, so the resumed run differs from an uninterrupted one."
         },
     )
 

@@ -58,8 +58,10 @@ exactly the stored rows and the next step's cluster sizes count only rows still 
 
 Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
 spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
-keys in a typed JSON encoding, counters). :meth:`ErrorMemory.load` restores a memory whose
-:meth:`~ErrorMemory.fingerprint` and future assignments equal the original's.
+keys in a typed JSON encoding, counters, and an integrity record: the npz's SHA-256 and the memory's
+fingerprint). Both are written atomically, the JSON last. :meth:`ErrorMemory.load` restores a memory whose
+:meth:`~ErrorMemory.fingerprint` and future assignments equal the original's, and rejects mismatched,
+truncated or edited files with an error naming the file.
 
 >>> import numpy as np
 >>> memory = ErrorMemory()
@@ -79,8 +81,8 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
+import zipfile
 from collections.abc import Hashable, Iterable
 from pathlib import Path
 from typing import Any
@@ -88,13 +90,17 @@ from typing import Any
 import numba
 import numpy as np
 
+from ..checkpointing import file_sha256, read_json_file, remove_stale_temporaries, write_atomically
+
 logger = logging.getLogger(__name__)
 
 NOISE_LABEL = -1
 NOISE_POLICIES = ("cluster", "ignore")
 MEMORY_NPZ_NAME = "meds_memory.npz"
 MEMORY_JSON_NAME = "meds_memory.json"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
+_READABLE_FORMAT_VERSIONS = (1, 2)  # 1: before the integrity record (npz_sha256, fingerprint)
+_NPZ_ARRAYS = ("features", "labels", "row_ids", "row_offsets", "spanning_trees", "tree_offsets", "has_tree")
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,19 +420,6 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Call ``write(binary file)`` on a temporary file next to ``path``, then rename it to ``path``."""
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600; checkpoints are usually shared read-only
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 class _KeyMemory:
     """Stored rows of one key: features (n, d), row ids (n,), labels (n,) and the MST of the last
     fit ((n - 1, 3), or None when it must be rebuilt densely)."""
@@ -518,6 +511,11 @@ class ErrorMemory:
     @property
     def num_rows(self) -> int:
         return sum(entry.num_rows for entry in self._entries.values())
+
+    @property
+    def dim(self) -> int | None:
+        """Width of the stored feature rows (``None`` until the first update)."""
+        return self._dim
 
     @property
     def num_updates(self) -> int:
@@ -752,11 +750,15 @@ class ErrorMemory:
     def save(self, directory: str | os.PathLike) -> Path:
         """Write ``meds_memory.npz`` and ``meds_memory.json`` into ``directory`` (created if needed).
 
-        Each file is written to a temporary name and renamed, so an interrupted save never leaves a
-        half-written file under the final name. Returns the directory.
+        Each file is written to a temporary name, fsynced and renamed (temporary files of an earlier,
+        interrupted save are removed first). The npz goes first and the JSON last; the JSON carries the
+        integrity record (the npz's SHA-256 and the memory's :meth:`fingerprint`), so a JSON exists only
+        next to the npz it describes and :meth:`load` detects files from different saves or edited
+        files. Returns the directory.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(directory, (MEMORY_NPZ_NAME, MEMORY_JSON_NAME))
         entries = list(self._entries.values())
         dim = self._dim if self._dim is not None else 0
         row_offsets = np.cumsum([0] + [entry.num_rows for entry in entries]).astype(np.int64)
@@ -775,6 +777,7 @@ class ErrorMemory:
             "tree_offsets": tree_offsets,
             "has_tree": np.array([t is not None for t in trees], dtype=bool),
         }
+        npz_path = write_atomically(directory / MEMORY_NPZ_NAME, lambda handle: np.savez(handle, **arrays))
         header = {
             "format_version": _FORMAT_VERSION,
             "config": self.config(),
@@ -782,9 +785,10 @@ class ErrorMemory:
             "next_row_id": self._next_row_id,
             "num_updates": self._num_updates,
             "keys": [_encode_key(key) for key in self._entries],
+            "npz_sha256": file_sha256(npz_path),
+            "fingerprint": self.fingerprint(),
         }
-        _write_atomically(directory / MEMORY_NPZ_NAME, lambda handle: np.savez(handle, **arrays))
-        _write_atomically(
+        write_atomically(
             directory / MEMORY_JSON_NAME, lambda handle: handle.write(json.dumps(header, indent=1).encode())
         )
         logger.debug("Saved MEDS memory (%d rows, %d keys) to %s", self.num_rows, self.num_keys, directory)
@@ -792,31 +796,86 @@ class ErrorMemory:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> ErrorMemory:
-        """Restore a memory written by :meth:`save`; it behaves exactly like the saved one."""
+        """Restore a memory written by :meth:`save`; it behaves exactly like the saved one.
+
+        Raises ``FileNotFoundError`` when a file is missing and ``ValueError`` naming the file and what is
+        wrong when a file is malformed, truncated, or does not match the other one (integrity record).
+        """
         directory = Path(directory)
         json_path, npz_path = directory / MEMORY_JSON_NAME, directory / MEMORY_NPZ_NAME
         for path in (json_path, npz_path):
             if not path.is_file():
                 raise FileNotFoundError(
-                    f"{path} does not exist; pass the directory that ErrorMemory.save wrote (a "
-                    f"checkpoint directory of a MEDS run)."
+                    f"{path} does not exist (the save was interrupted, or this is not a folder written by "
+                    f"ErrorMemory.save, such as checkpoint-N/meds_memory of a MEDS run)."
                 )
-        header = json.loads(json_path.read_text())
-        if header.get("format_version") != _FORMAT_VERSION:
-            raise ValueError(
-                f"{json_path} has format_version {header.get('format_version')!r}, this code reads "
-                f"{_FORMAT_VERSION}; save it again with a matching hf_meds_cliff version."
+        fix = "Save the memory again, or use an earlier checkpoint."
+        header = read_json_file(json_path, fix)
+        if not isinstance(header, dict):  # a corrupt file is a bad value, not a caller's type error
+            raise ValueError(  # noqa: TRY004
+                f"{json_path} must hold a JSON object, got {type(header).__name__}; corrupt. {fix}"
             )
-        memory = cls(**header["config"])
+        version = header.get("format_version")
+        if version not in _READABLE_FORMAT_VERSIONS:
+            raise ValueError(
+                f"{json_path} has format_version {version!r}, this code reads {_READABLE_FORMAT_VERSIONS}; "
+                f"save it again with a matching hf_meds_cliff version."
+            )
+        expected_types = {"config": dict, "keys": list, "next_row_id": int, "num_updates": int}
+        if version >= 2:
+            expected_types.update(npz_sha256=str, fingerprint=str)
+        for name, kind in expected_types.items():
+            if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool):
+                raise ValueError(  # noqa: TRY004
+                    f"{json_path}: field {name!r} must be a JSON {kind.__name__}, got {header.get(name)!r:.80}; "
+                    f"corrupt. {fix}"
+                )
+        if not (header.get("dim") is None or (isinstance(header["dim"], int) and header["dim"] > 0)):
+            raise ValueError(
+                f"{json_path}: field 'dim' must be a positive int or null, got {header['dim']!r}. {fix}"
+            )
+        if version >= 2 and file_sha256(npz_path) != header["npz_sha256"]:
+            raise ValueError(
+                f"{npz_path} does not match {json_path} (SHA-256 differs from the integrity record): the two files "
+                f"come from different saves or one was modified. {fix}"
+            )
+        try:
+            memory = cls(**header["config"])
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{json_path}: invalid 'config' {header['config']!r} ({error}). {fix}"
+            ) from error
         keys = [_decode_key(encoded) for encoded in header["keys"]]
-        with np.load(npz_path) as arrays:
-            data = {name: arrays[name] for name in arrays.files}
+        try:
+            with np.load(npz_path) as arrays:
+                data = {name: arrays[name] for name in _NPZ_ARRAYS}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+            raise ValueError(
+                f"{npz_path} is not a complete memory array file ({type(error).__name__}: {error}); truncated or "
+                f"corrupt. {fix}"
+            ) from error
         row_offsets, tree_offsets = data["row_offsets"], data["tree_offsets"]
-        if row_offsets.shape[0] != len(keys) + 1 or tree_offsets.shape[0] != len(keys) + 1:
-            raise ValueError(f"{npz_path} does not match the {len(keys)} keys of {json_path}; corrupt.")
-        memory._dim = header["dim"]
-        memory._next_row_id = int(header["next_row_id"])
-        memory._num_updates = int(header["num_updates"])
+        dim = header["dim"]
+        consistent = (
+            row_offsets.shape == (len(keys) + 1,)
+            and tree_offsets.shape == (len(keys) + 1,)
+            and data["has_tree"].shape == (len(keys),)
+            and data["features"].ndim == 2
+            and row_offsets[-1]
+            == data["features"].shape[0]
+            == data["labels"].shape[0]
+            == data["row_ids"].shape[0]
+            and tree_offsets[-1] == data["spanning_trees"].shape[0]
+            and (dim is None or data["features"].shape[1] == dim)
+        )
+        if not consistent:
+            raise ValueError(
+                f"{npz_path} does not match the {len(keys)} keys and dim={dim} of {json_path} (array shapes "
+                f"{ {name: value.shape for name, value in data.items()} }); corrupt. {fix}"
+            )
+        memory._dim = dim
+        memory._next_row_id = header["next_row_id"]
+        memory._num_updates = header["num_updates"]
         for index, key in enumerate(keys):
             entry = _KeyMemory(memory._dim or 0)
             rows = slice(row_offsets[index], row_offsets[index + 1])
@@ -829,4 +888,9 @@ class ErrorMemory:
             else:
                 entry.spanning_tree = None
             memory._entries[key] = entry
+        if version >= 2 and memory.fingerprint() != header["fingerprint"]:
+            raise ValueError(
+                f"{json_path} and {npz_path} do not restore the memory that was saved (fingerprint differs from "
+                f"the integrity record): keys, counters or configuration were edited. {fix}"
+            )
         return memory

@@ -14,6 +14,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from ..checkpointing import checkpoint_folder
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -76,8 +77,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
       prompt + completion truncated at the answer position, unless captured above), gathers them with
       the prompt keys across processes, updates the memory identically on every rank, and fills the
       ``meds_penalty`` column; logs ``meds/*`` metrics. Eval batches are not shaped.
-    * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the memory with each checkpoint
-      (``checkpoint-N/meds_memory``) and restore it on resume.
+    * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the memory into each checkpoint
+      (``checkpoint-N/meds_memory``, before TRL's own files, so a checkpoint with ``trainer_state.json`` always
+      has it) and restore it on resume; a checkpoint without a valid memory is an error unless
+      ``meds_allow_empty_memory_on_resume``.
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
     * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
       with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
@@ -355,26 +358,56 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
     # ------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # The memory goes in first: transformers writes trainer_state.json (what marks a checkpoint complete)
+        # and rotates older checkpoints only at the end of super(), so a run killed while saving never leaves a
+        # complete-looking checkpoint without its memory, nor deletes the previous one before this one is whole.
+        # (``_save_rng_state``/``_save_optimizer_and_scheduler`` would also run before trainer_state.json, but
+        # are skipped with ``save_only_model``.)
         if self.args.meds_save_memory and self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-            checkpoint = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
-            self.meds_memory.save(os.path.join(checkpoint, MEMORY_DIRNAME))
+            self.meds_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None or not self.args.meds_save_memory:
             return
         path = os.path.join(checkpoint, MEMORY_DIRNAME)
-        if os.path.isdir(path):
-            self.meds_memory = ErrorMemory.load(path)
-            logger.info("Restored the MEDS error memory from %s", path)
-        else:
+        try:
+            memory = ErrorMemory.load(path)
+            self._meds_check_restored_memory(memory, path)
+        except (OSError, ValueError) as error:  # missing, unreadable, truncated or mismatched files
+            if not self.args.meds_allow_empty_memory_on_resume:
+                raise ValueError(
+                    f"Cannot resume MEDS from {checkpoint}: its error memory is not usable. {error} Options: resume "
+                    f"from another checkpoint whose {MEMORY_DIRNAME}/ is intact (--resume_from_checkpoint PATH), or "
+                    "pass --meds_allow_empty_memory_on_resume true to continue from an empty memory (cluster sizes "
+                    "restart from zero, so the run differs from an uninterrupted one)."
+                ) from error
             logger.warning(
-                "Resuming from %s without a MEDS memory (%s missing): cluster sizes restart from an empty memory.",
+                "meds_allow_empty_memory_on_resume: resuming from %s with an EMPTY error memory (%s).",
                 checkpoint,
-                MEMORY_DIRNAME,
+                error,
+            )
+            return
+        self.meds_memory = memory
+        logger.info(
+            "Restored the MEDS error memory from %s (%d rows, %d keys)", path, memory.num_rows, len(memory)
+        )
+
+    def _meds_check_restored_memory(self, memory: ErrorMemory, path: str) -> None:
+        """Reject a memory whose feature width this run cannot produce; warn when its settings differ."""
+        width = len(self._meds_layer_indices) - int(self.args.meds_use_layer_diff)
+        if memory.dim is not None and memory.dim != width:
+            raise ValueError(
+                f"{path} stores {memory.dim}-wide features, but this run computes {width}-wide ones "
+                f"({len(self._meds_layer_indices)} kept layers, meds_num_layers={self.args.meds_num_layers}, "
+                f"meds_use_layer_diff={self.args.meds_use_layer_diff}): resume with the model, meds_num_layers and "
+                "meds_use_layer_diff of the run that wrote it."
+            )
+        current = self.meds_memory.config()
+        if memory.config() != current:
+            logger.warning(
+                "The restored memory keeps its own settings %s, which differ from this run's %s.",
+                memory.config(),
+                current,
             )

@@ -1,0 +1,251 @@
+"""Crash-safe files, checkpoint lookup and output-folder checks shared by the trainers, scripts and evaluation.
+
+A file written with :func:`write_atomically` is either absent or complete under its final name: the bytes go to
+a temporary file in the same folder (``.<name>.<random>.tmp``), are flushed and fsynced, and the temporary file is
+renamed over the final name (``os.replace`` is atomic on POSIX); the folder is fsynced so the rename survives a
+power cut. A process killed mid-write (SIGKILL, OOM killer) leaves only the temporary file behind, which
+:func:`remove_stale_temporaries` deletes on the next save into that folder.
+
+A checkpoint counts as complete when TRL/transformers wrote its ``trainer_state.json``: ``Trainer._save_checkpoint``
+writes that file after the model, optimizer, scheduler and RNG state, and only then rotates older checkpoints.
+The MEDS and Cliff trainers write their method state before all of these (see their ``_save_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+logger = logging.getLogger(__name__)
+
+TRAINER_STATE_NAME = "trainer_state.json"
+"""Written last by ``transformers.Trainer._save_checkpoint`` (before rotation): a checkpoint is complete with it."""
+_CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
+_TEMPORARY_SUFFIX = ".tmp"
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:  # some filesystems (and Windows) do not open folders; the rename is still atomic
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Call ``write(binary file)`` on a temporary file next to ``path``, fsync it, then rename it to ``path``.
+
+    On any error (or interrupt) the temporary file is removed and the error re-raised; ``path`` keeps its old
+    content (or stays absent).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> write_atomically(folder / "a.txt", lambda handle: handle.write(b"hi")).read_text()
+    'hi'
+    >>> sorted(p.name for p in folder.iterdir())
+    ['a.txt']
+    """
+    path = Path(path)
+    descriptor, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=_TEMPORARY_SUFFIX
+    )
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600; checkpoints are usually shared read-only
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+    return path
+
+
+def write_json_atomically(path: str | os.PathLike, value: Any, indent: int | None = None) -> Path:
+    """``json.dumps(value)`` written with :func:`write_atomically` (a trailing newline when indented)."""
+    text = json.dumps(value, indent=indent) + ("\n" if indent is not None else "")
+    return write_atomically(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def remove_stale_temporaries(directory: str | os.PathLike, names: tuple[str, ...]) -> list[Path]:
+    """Delete the temporary files :func:`write_atomically` left for ``names`` in ``directory`` (a killed save).
+
+    Returns the removed paths. Only call it when no other process is writing those files.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for candidate in directory.iterdir():
+        # the prefix alone: temporary files of versions before the ".tmp" suffix were ".<name>.<random>"
+        if candidate.is_file() and any(candidate.name.startswith(f".{name}.") for name in names):
+            candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+    if removed:
+        logger.info("Removed %d temporary file(s) of an interrupted save in %s.", len(removed), directory)
+    return removed
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 hex digest of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_json_file(path: str | os.PathLike, fix: str) -> Any:
+    """Parse the JSON file at ``path``; a missing, unreadable or malformed file raises ``ValueError`` naming
+    the file, what is wrong and ``fix`` (what the user can do)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as error:
+        raise ValueError(f"{path} does not exist. {fix}") from error
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} cannot be read ({error}). {fix}") from error
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        what = "is empty" if not text.strip() else f"is not valid JSON ({error})"
+        raise ValueError(f"{path} {what}: an interrupted write or an edited file. {fix}") from error
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# checkpoints
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def is_complete_checkpoint(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds TRL's ``trainer_state.json`` (written last, see the module docstring)."""
+    return (Path(folder) / TRAINER_STATE_NAME).is_file()
+
+
+def latest_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The ``checkpoint-N`` folder of ``output_dir`` with the highest N that is complete; ``None`` if none is.
+
+    Incomplete ones (a run killed while saving) are skipped with a warning naming them.
+    """
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return None
+    numbered = sorted(
+        (int(match.group(1)), child)
+        for child in output_dir.iterdir()
+        if child.is_dir() and (match := _CHECKPOINT_PATTERN.match(child.name))
+    )
+    for _, folder in reversed(numbered):
+        if is_complete_checkpoint(folder):
+            return folder
+        logger.warning(
+            "Skipping %s: it has no %s (the run stopped while saving it).", folder, TRAINER_STATE_NAME
+        )
+    return None
+
+
+_TRUE_WORDS = ("true", "yes", "1", "latest")
+_FALSE_WORDS = ("false", "no", "0", "none", "")
+
+
+def resolve_resume_checkpoint(value: str | bool | None, output_dir: str | os.PathLike) -> str | None:
+    """Turn ``--resume_from_checkpoint`` into what ``Trainer.train`` takes: a checkpoint folder or ``None``.
+
+    ``true``/``latest`` (any case) is the newest *complete* ``checkpoint-N`` in ``output_dir``; ``false`` or
+    unset is a fresh start; anything else is a checkpoint folder, which must exist and be complete.
+
+    >>> resolve_resume_checkpoint("false", "/nonexistent") is None
+    True
+    """
+    if value is None or value is False:
+        return None
+    if isinstance(value, str) and value.strip().lower() in _FALSE_WORDS:
+        return None
+    if value is True or (isinstance(value, str) and value.strip().lower() in _TRUE_WORDS):
+        checkpoint = latest_complete_checkpoint(output_dir)
+        if checkpoint is None:
+            raise ValueError(
+                f"--resume_from_checkpoint true: no complete checkpoint-N folder (one with {TRAINER_STATE_NAME}) "
+                f"in output_dir={str(output_dir)!r}. Pass the folder of a checkpoint with "
+                "--resume_from_checkpoint PATH, point --output_dir at the earlier run, or drop the flag to start fresh."
+            )
+        logger.info("Resuming from the latest complete checkpoint, %s.", checkpoint)
+        return str(checkpoint)
+    path = Path(os.path.expanduser(str(value)))
+    if not path.is_dir():
+        raise ValueError(
+            f"--resume_from_checkpoint {value!r} is not a folder. Pass a checkpoint-N folder, `true` for the latest "
+            f"checkpoint in --output_dir, or `false`."
+        )
+    if not is_complete_checkpoint(path):
+        latest = latest_complete_checkpoint(path.parent)
+        hint = f" The latest complete one next to it is {latest}." if latest is not None else ""
+        raise ValueError(
+            f"--resume_from_checkpoint {str(path)!r} has no {TRAINER_STATE_NAME}: the run stopped while saving "
+            f"it, or it is not a checkpoint folder.{hint} Resume from a complete checkpoint (or `true`)."
+        )
+    return str(path)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# output folder
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes on the filesystem holding ``path`` (what an unprivileged user may write)."""
+    return shutil.disk_usage(path).free
+
+
+def check_output_dir(output_dir: str | os.PathLike, min_free_bytes: int) -> Path:
+    """Create ``output_dir`` if needed and fail early unless a file can be written there and at least
+    ``min_free_bytes`` are free, so a long run does not discover it at its final save.
+
+    Raises ``ValueError`` naming the folder, what is wrong and the fix.
+    """
+    output_dir = Path(output_dir).expanduser()
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(dir=output_dir, prefix=".write-probe.", suffix=_TEMPORARY_SUFFIX)
+        try:
+            os.write(descriptor, b"probe")
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+            Path(probe).unlink(missing_ok=True)
+    except OSError as error:
+        raise ValueError(
+            f"output_dir={str(output_dir)!r} is not writable ({error.strerror or error}); checkpoints and the final "
+            "model go there. Pass a writable --output_dir."
+        ) from error
+    available = free_bytes(output_dir)
+    if available < min_free_bytes:
+        raise ValueError(
+            f"output_dir={str(output_dir)!r} has {available / 2**20:.1f} MiB free, less than the "
+            f"{min_free_bytes / 2**20:.0f} MiB required before training (a checkpoint or the final model would be "
+            "truncated). Free space, pass another --output_dir, or lower the minimum with "
+            "--min_free_disk_mb (0 disables the check)."
+        )
+    return output_dir
+
+
+def checkpoint_folder(trainer, trial=None) -> Path:
+    """The folder ``Trainer._save_checkpoint`` is about to write for the current step (known before it runs)."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return Path(trainer._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
