@@ -13,6 +13,7 @@ from hf_meds_cliff.cliff.teachers import (
     Judgment,
     OpenAICompatibleTeacher,
     RuleBasedToyTeacher,
+    SolveFailure,
     Teacher,
     build_teacher,
     is_endpoint_failure,
@@ -164,7 +165,9 @@ def test_http_teacher_connection_error():
     async def solve():
         return await teacher.solve(PROBLEM)
 
-    assert run(solve()) is None
+    failure = run(solve())
+    assert isinstance(failure, SolveFailure) and failure.status == "connection_error" and not failure
+    assert is_endpoint_failure(failure)
     assert teacher.counters["failures/connection_error"] == 2
 
 

@@ -7,7 +7,9 @@ starts (a sentence index, the "pitfall step" p(a)):
 1. Groups whose rollouts are all correct or all incorrect are skipped (zero reward variance, no teacher call).
 2. Reference filter: the teacher solves the problem (cached per prompt once verified); the verifier
    (:func:`hf_meds_cliff.rewards.check_answer`) checks the solution against the ground truth. Unverified groups fall
-   back to plain GRPO for this step (counted as ``groups_fallback_unverified``).
+   back to plain GRPO for this step (counted as ``groups_fallback_unverified``), except when the ``solve`` call
+   failed at the endpoint (a :class:`~hf_meds_cliff.cliff.teachers.base.SolveFailure` with an endpoint status):
+   those count as ``groups_fallback_endpoint``, like a failed ``judge`` call.
 3. Truncated incorrect rollouts get p(a) = 0 without a call.
 4. Every other incorrect rollout of a mixed group is judged (``k`` times with self-consistency), concurrently.
    The teacher saying "no mistake" on a verifier-wrong rollout gives p(a) = 0 and counts a disagreement; a malformed
@@ -40,7 +42,7 @@ from functools import partial
 from typing import Any
 
 from .sentences import split_sentences
-from .teachers.base import Judgment, Teacher, is_endpoint_failure
+from .teachers.base import ENDPOINT_FAILURES, Judgment, SolveFailure, Teacher, is_endpoint_failure
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +321,8 @@ class CliffJudge:
         except Exception as error:  # noqa: BLE001 -- a Teacher should not raise; count it, keep training
             logger.warning("Teacher.solve raised %s: %s", type(error).__name__, error)
             return {"solution": None, "verified": False, "status": "error"}
+        if isinstance(solution, SolveFailure):
+            return {"solution": None, "verified": False, "status": solution.status}
         if solution is None:
             return {"solution": None, "verified": False, "status": "no_solution"}
         if not self.reference_filter:
@@ -442,6 +446,7 @@ class CliffJudge:
             gather,
         )
         counters["solve_calls"] += len(to_solve)
+        endpoint_failed_keys: set[str] = set()
         for key, result in zip(to_solve, solve_results):
             if result["verified"]:
                 references[key] = result["solution"]
@@ -452,6 +457,8 @@ class CliffJudge:
                 counters["references_unverified"] += 1
                 if result["status"] not in ("wrong",):
                     counters[f"solve_failures/{result['status']}"] += 1
+                if result["status"] in ENDPOINT_FAILURES:
+                    endpoint_failed_keys.add(key)
 
         # 3. judge the incorrect, non-truncated rollouts of groups with a reference
         judge_rows: list[int] = []
@@ -459,7 +466,7 @@ class CliffJudge:
         for group in needs_reference:
             key = rows.prompt_keys[members[group][0]]
             if references.get(key) is None:
-                modes[group] = GROUP_FALLBACK_UNVERIFIED
+                modes[group] = GROUP_FALLBACK_ENDPOINT if key in endpoint_failed_keys else GROUP_FALLBACK_UNVERIFIED
                 continue
             for i in members[group]:
                 if rows.is_correct[i] or rows.is_truncated[i]:

@@ -9,8 +9,8 @@ training on the same node, e.g.::
 
 Robustness: a bounded number of requests in flight (a semaphore per event loop), a per-request
 timeout, and retries with exponential backoff and jitter on timeouts, connection errors, HTTP 429
-and 5xx. Other HTTP errors are not retried. Every failure ends as a :class:`Judgment` status (or
-``None`` from :meth:`solve`) and a counter; nothing raises into the trainer. The API key is read
+and 5xx. Other HTTP errors are not retried. Every failure ends as a :class:`Judgment` status (or a
+:class:`SolveFailure` from :meth:`solve`) and a counter; nothing raises into the trainer. The API key is read
 from an environment variable whose *name* is configured; the key itself is never logged or shown
 in ``repr``.
 """
@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from ..judging import build_judge_messages, build_solve_messages, parse_judgment
-from .base import Judgment
+from .base import Judgment, SolveFailure
 
 logger = logging.getLogger(__name__)
 
@@ -201,8 +201,8 @@ class OpenAICompatibleTeacher:
             return content
         raise _RequestFailed(last_kind, last_message)
 
-    async def solve(self, problem: str) -> str | None:
-        """A reference solution from the teacher (sampled at ``solve_temperature``); ``None`` on failure."""
+    async def solve(self, problem: str) -> str | SolveFailure:
+        """A reference solution (sampled at ``solve_temperature``); a :class:`SolveFailure` naming the failure."""
         self.counters["solve_calls"] += 1
         try:
             return await self._chat(
@@ -211,10 +211,11 @@ class OpenAICompatibleTeacher:
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to solve a problem (%s): %s", self.name, failure.kind, failure)
-        except Exception:  # a teacher never stops training
+            return SolveFailure(failure.kind, str(failure))
+        except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1
             logger.exception("Teacher %s raised while solving", self.name)
-        return None
+            return SolveFailure("error", f"{type(error).__name__}: {error}")
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
         """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception."""
