@@ -361,7 +361,9 @@ def test_dead_endpoint_is_an_endpoint_fallback_whatever_call_failed(judge_factor
     judge = judge_factory(teacher)
     if failing_call == "judge":
         judge.references[f"key-{PROBLEM}"] = RIGHT
-    outcome = judge.process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1]), ("p2", "9", [RIGHT, RIGHT])]))
+    outcome = judge.process_step(
+        make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1]), ("p2", "9", [RIGHT, RIGHT])])
+    )
     assert outcome.group_modes == [GROUP_FALLBACK_ENDPOINT] * 2 + [GROUP_SKIPPED] * 2
     assert outcome.first_mistake == [None, None, None, None]
     counters = outcome.counters

@@ -466,7 +466,9 @@ class CliffJudge:
         for group in needs_reference:
             key = rows.prompt_keys[members[group][0]]
             if references.get(key) is None:
-                modes[group] = GROUP_FALLBACK_ENDPOINT if key in endpoint_failed_keys else GROUP_FALLBACK_UNVERIFIED
+                modes[group] = (
+                    GROUP_FALLBACK_ENDPOINT if key in endpoint_failed_keys else GROUP_FALLBACK_UNVERIFIED
+                )
                 continue
             for i in members[group]:
                 if rows.is_correct[i] or rows.is_truncated[i]:
