@@ -385,3 +385,23 @@ def test_solve_failure_status_decides_the_fallback_kind(judge_factory, status, m
     assert outcome.counters[f"solve_failures/{status}"] == 1 and outcome.counters[f"groups_{mode}"] == 1
     with pytest.raises(ValueError, match="Unknown solve failure status 'ok'"):
         SolveFailure("ok")
+
+
+def test_ungraded_rollouts_are_never_judged_and_never_decide_a_group(judge_factory):
+    """Correctness ``None`` (the reward function could not grade the row): not judged, no first mistake, and the
+    group's mode is decided by its graded rows only."""
+    teacher = ScriptedTeacher({PROBLEM: RIGHT, "p2": RIGHT}, {WRONG_AT_1: ok(1), WRONG_AT_2: ok(2)})
+    rows = make_rows(
+        [
+            (PROBLEM, "9", [RIGHT, WRONG_AT_1, WRONG_AT_2]),  # WRONG_AT_2 ungraded: still a mixed group
+            ("p2", "9", [RIGHT, WRONG_AT_2]),  # the only wrong row ungraded: all graded rows correct
+            ("p3", "9", [WRONG_AT_1, WRONG_AT_2]),  # nothing graded
+        ]
+    )
+    for row in (2, 4, 5, 6):
+        rows.is_correct[row] = None
+    outcome = judge_factory(teacher).process_step(rows)
+    assert outcome.group_modes == [GROUP_CLIFF] * 3 + [GROUP_SKIPPED] * 4
+    assert outcome.first_mistake == [None, 1, None, None, None, None, None]
+    assert teacher.judge_calls == [WRONG_AT_1] and teacher.solve_calls == [PROBLEM]
+    assert outcome.counters["ungraded"] == 4 and outcome.counters["rollouts_with_mistake"] == 1

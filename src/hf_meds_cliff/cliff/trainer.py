@@ -64,7 +64,13 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             to :func:`hf_meds_cliff.rewards.check_answer` (math answers). Pass one for other tasks (e.g. code).
         All other arguments are those of [`~trl.GRPOTrainer`]; ``args`` must be a [`CliffConfig`].
 
-    Metrics (under ``cliff/``, identical on every process): ``groups_cliff``, ``groups_skipped``,
+    Ungraded rollouts: a correctness reward may return ``None`` for a row it cannot grade (TRL allows it, and TRL's
+    warning about rows every reward function left ungraded is kept). Such a row is neither correct nor incorrect: it
+    never makes a group mixed, is never sent to the teacher, gets no token-level advantage (it keeps TRL's
+    sequence-level one, 0 when every reward function returned ``None``) and is left out of its group's Cliff
+    baseline ``b``; counted per step as ``cliff/ungraded``.
+
+    Metrics (under ``cliff/``, identical on every process): ``groups_cliff``, ``groups_skipped``, ``ungraded``,
     ``groups_fallback_unverified``, ``groups_fallback_endpoint`` (groups per step), ``solve_calls``,
     ``judge_calls``, ``reference_cache_hits``, ``judgment_cache_hits``, ``truncated``, ``judge_failures/<kind>``,
     ``solve_failures/<kind>``, ``teacher/<counter>`` (the teacher's own counts summed over processes: requests,
@@ -175,10 +181,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
         # Per-sequence advantages, correctness and truncation of every row of the step (groups can span processes).
         sequence_advantages = accelerator.gather(output["advantages"]).float()
-        correctness = torch.nan_to_num(
-            rewards_per_func[:, args.cliff_correctness_reward_index], nan=-math.inf
-        )
-        is_correct = correctness >= args.cliff_correctness_threshold
+        correctness = rewards_per_func[:, args.cliff_correctness_reward_index]
+        is_graded = ~torch.isnan(correctness)  # None from the reward function: "cannot grade this row"
+        is_correct = correctness >= args.cliff_correctness_threshold  # False on NaN
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         local_rows = [
@@ -201,7 +206,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             problems=[r[1] for r in all_rows],
             ground_truths=[r[2] for r in all_rows],
             completions=[r[3] for r in all_rows],
-            is_correct=is_correct.tolist(),
+            is_correct=[bool(c) if g else None for c, g in zip(is_correct.tolist(), is_graded.tolist())],
             is_truncated=[r[4] for r in all_rows],
             group_ids=group_ids.tolist(),
         )
@@ -226,12 +231,19 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 accelerator.pad_across_processes(completion_mask, dim=1, pad_index=0)
             )
         mask = completion_mask.float()
-        token_advantages = cliff_token_advantages(
-            sequence_advantages, is_correct, group_ids, suffix_start, mask, lam=float(args.cliff_lam)
-        )
-        uses_cliff = torch.tensor([mode == GROUP_CLIFF for mode in outcome.group_modes], device=device)
+        # Ungraded rows keep TRL's sequence-level advantage and stay out of the Cliff groups' baselines b.
         plain = sequence_advantages.unsqueeze(1) * mask
-        token_advantages = torch.where(uses_cliff.unsqueeze(1), token_advantages, plain)
+        uses_cliff = torch.tensor([mode == GROUP_CLIFF for mode in outcome.group_modes], device=device)
+        graded = is_graded.to(device).nonzero().squeeze(1)
+        token_advantages = plain.clone()
+        token_advantages[graded] = torch.where(
+            uses_cliff[graded].unsqueeze(1),
+            cliff_token_advantages(
+                sequence_advantages[graded], is_correct[graded].to(device), group_ids[graded],
+                suffix_start[graded], mask[graded], lam=float(args.cliff_lam),
+            ),
+            plain[graded],
+        )  # fmt: skip
 
         located = torch.tensor([bool(spans) for spans in outcome.sentence_spans], device=device)
         lengths = mask.sum(dim=1).clamp(min=1)
@@ -261,7 +273,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         for name in (
             "groups_cliff", "groups_skipped", "groups_fallback_unverified", "groups_fallback_endpoint",
             "solve_calls", "judge_calls", "reference_cache_hits", "judgment_cache_hits", "truncated",
-            "disagreements", "rollouts_with_mistake",
+            "disagreements", "rollouts_with_mistake", "ungraded",
         ):  # fmt: skip
             metrics[f"cliff/{name}"].append(float(counters.get(name, 0)))
         self._cliff_failure_keys.update(k for k in counters if "_failures/" in k or k.startswith("teacher/"))
