@@ -106,6 +106,56 @@ def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path)
     assert resumed_logs[-1]["cliff/judgment_cache_hits"] == 4.0
 
 
+def _non_toy_trainer(tmp_path, iterable: bool, **config):
+    from datasets import Dataset
+
+    from hf_meds_cliff.toy import build_toy_model, build_toy_tokenizer
+
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"Solve x^2 = {n * n} for x > 0."}] for n in range(1, 9)],
+            "answer": [str(n) for n in range(1, 9)],
+        }
+    )
+    tokenizer = build_toy_tokenizer()
+
+    def fixed_rollouts(prompts, trainer):  # no generation needed: the check runs before any teacher call
+        ids = tokenizer.encode("x = 2. The answer is \\boxed{2}.", add_special_tokens=False)
+        prompt_ids = [
+            list(tokenizer.apply_chat_template(p, add_generation_prompt=True)["input_ids"]) for p in prompts
+        ]
+        return {"prompt_ids": prompt_ids, "completion_ids": [ids + [tokenizer.eos_token_id]] * len(prompts),
+                "logprobs": [[0.0] * (len(ids) + 1)] * len(prompts)}  # fmt: skip
+
+    def correct(completions, answer, **kwargs):
+        return [float(f"boxed{{{a}}}" in c[-1]["content"]) for c, a in zip(completions, answer)]
+
+    args = CliffConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_completion_length=32,
+        max_steps=1, logging_steps=1, save_strategy="no", gradient_checkpointing=False, **CPU, **config,
+    )  # fmt: skip
+    return CliffGRPOTrainer(
+        model=build_toy_model(tokenizer, seed=0), reward_funcs=[correct], args=args,
+        train_dataset=dataset.to_iterable_dataset() if iterable else dataset, processing_class=tokenizer,
+        rollout_func=fixed_rollouts,
+    )  # fmt: skip
+
+
+def test_rule_teacher_on_a_non_toy_dataset_fails_at_init_naming_the_teacher_options(tmp_path):
+    """The default teacher reads toy questions only: a run on other data must not silently become plain GRPO."""
+    with pytest.raises(
+        ValueError, match=r"reads only toy questions .*Solve x\^2 = 1.*--cliff_teacher http"
+    ) as error:
+        _non_toy_trainer(tmp_path, iterable=False)
+    assert "--cliff_teacher transformers" in str(error.value) and "teacher=" in str(error.value)
+
+
+def test_rule_teacher_on_an_iterable_non_toy_dataset_fails_on_the_first_batch(tmp_path):
+    trainer = _non_toy_trainer(tmp_path, iterable=True)  # rows cannot be peeked at init
+    with pytest.raises(ValueError, match="reads only toy questions"):
+        trainer.train()
+
+
 class RecordingArithmeticTeacher:
     """The driver's exact teacher, recording the completions it was asked to judge."""
 

@@ -22,6 +22,7 @@ from ..model_card import MethodModelCardMixin
 from .advantages import cliff_token_advantages, first_mistake_token_positions
 from .config import CliffConfig
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
+from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,11 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
             teacher = build_teacher(args)
         self.teacher = teacher
+        logger.info("Cliff teacher: %r", teacher)
+        # The toy world's rule-based teacher (the default) reads toy questions only: on other data every mixed group
+        # would silently fall back to plain GRPO. Checked on the dataset's first rows here, or on the first batch.
+        self._cliff_unchecked_rule_teacher = isinstance(teacher, RuleBasedToyTeacher)
+        self._check_rule_teacher_reads(_first_problems(self.train_dataset))
         self.cliff_judge = CliffJudge(
             teacher,
             verify=reference_verifier,
@@ -210,6 +216,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             is_truncated=[r[4] for r in all_rows],
             group_ids=group_ids.tolist(),
         )
+        self._check_rule_teacher_reads(rows.problems)
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
         # Judge inspection: each rollout's first-mistake sentence (None = plain GRPO) beside TRL's completions table,
@@ -249,6 +256,22 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         lengths = mask.sum(dim=1).clamp(min=1)
         self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
+
+    def _check_rule_teacher_reads(self, problems: list[str]) -> None:
+        """Raise when the rule-based toy teacher can read none of ``problems`` (checked once, on the first ones)."""
+        if not self._cliff_unchecked_rule_teacher or not problems:
+            return
+        self._cliff_unchecked_rule_teacher = False
+        if not any(self.teacher.can_read(problem) for problem in problems):
+            raise ValueError(
+                "The rule-based teacher (cliff_teacher='rule', the default) is the toy world's exact checker and "
+                f"reads only toy questions ('Compute (7 + 5) * 3 - 4.'), not this dataset's (e.g. "
+                f"{problems[0]!r:.100}); every mixed group would fall back to plain GRPO. Choose a teacher that can "
+                "judge this data: an OpenAI-compatible server (`--cliff_teacher http --cliff_teacher_base_url "
+                "http://127.0.0.1:8000/v1 --cliff_teacher_model <served model>`: vllm serve, SGLang, transformers "
+                "serve, a hosted API), a local model (`--cliff_teacher transformers --cliff_teacher_model <path or "
+                "hub id>`), or your own object passed as CliffGRPOTrainer(..., teacher=...)."
+            )
 
     def _teacher_counter_deltas(self, world_size: int) -> Counter:
         """What the teachers of all processes counted during this step (requests, retries, failures by kind)."""
@@ -327,6 +350,20 @@ class CliffGRPOTrainer(DynamicSamplingMixin, CliffTokenAdvantageTrainer):
     from the outside: every generation round is judged and gets its ``(B, T)`` token advantages, then the kept
     rows of all rounds are merged.
     """
+
+
+def _first_problems(dataset: Any, count: int = 8) -> list[str]:
+    """Problem texts of the first ``count`` rows of a map-style dataset with a ``prompt`` column; [] otherwise (an
+    iterable dataset is checked on the first batch instead)."""
+    if "prompt" not in (getattr(dataset, "column_names", None) or ()) or not hasattr(dataset, "__len__"):
+        return []
+    problems = []
+    for index in range(min(count, len(dataset))):
+        try:
+            problems.append(problem_text(dataset[index]["prompt"]))
+        except TypeError:  # an unusual prompt: leave it to the first batch
+            continue
+    return problems
 
 
 def _ground_truth(value: Any) -> str | None:
