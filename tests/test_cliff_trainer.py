@@ -132,7 +132,7 @@ def _non_toy_trainer(tmp_path, iterable: bool, **config):
 
     args = CliffConfig(
         output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_completion_length=32,
-        max_steps=1, logging_steps=1, save_strategy="no", gradient_checkpointing=False, **CPU, **config,
+        max_steps=1, logging_steps=1, save_strategy="no", activation_checkpointing=False, **CPU, **config,
     )  # fmt: skip
     return CliffGRPOTrainer(
         model=build_toy_model(tokenizer, seed=0), reward_funcs=[correct], args=args,
@@ -368,7 +368,7 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
                 "--per_device_train_batch_size", "32",
                 "--toy_train_size", "64",
                 "--learning_rate", "1e-3",
-                "--gradient_checkpointing", "false",
+                "--activation_checkpointing", "false",
             ]
         )
     )  # fmt: skip

@@ -146,7 +146,7 @@ def build_trainer(
         "report_to": [],
         "bf16": False,
         "use_cpu": True,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "seed": 0,
         "cliff_teacher": "rule",
     }
