@@ -175,7 +175,6 @@ class RecordingArithmeticTeacher:
         pass
 
 
-@pytest.mark.slow
 def test_ungraded_rows_are_not_judged_and_keep_trl_advantages(tmp_path, caplog):
     """A correctness reward returning None ("cannot grade this row"): the row is never sent to the teacher, gets
     TRL's sequence-level advantage (0: no reward function graded it) on every token, stays out of its group's
