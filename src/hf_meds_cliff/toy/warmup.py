@@ -528,7 +528,9 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
             max_new_tokens=settings.max_new_tokens,
         )
         progress.set_description(f"Toy policy warm-up done ({stop_reason} at step {step})")
-        held_out = f"held-out greedy accuracy {history[-1]['validation_greedy_accuracy']:.2f}, " if history else ""
+        held_out = (
+            f"held-out greedy accuracy {history[-1]['validation_greedy_accuracy']:.2f}, " if history else ""
+        )
         progress.set_postfix_str(f"{held_out}test pass@1 {test_metrics['pass@1']:.2f}", refresh=False)
     final_eval_seconds = time.perf_counter() - eval_start
     if stop_reason != "target_greedy_accuracy":
