@@ -104,7 +104,7 @@ def build(method: str, policy: str, output_dir: str, args: argparse.Namespace):
         "report_to": [],
         "bf16": False,
         "use_cpu": True,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "seed": 0,
     }
     tokenizer = AutoTokenizer.from_pretrained(policy)

@@ -51,7 +51,7 @@ def build_case(case: str, policy: str, output_dir: str, device: str, steps: int)
         report_to="none",
         bf16=on_gpu,
         use_cpu=not on_gpu,
-        gradient_checkpointing=on_gpu,
+        activation_checkpointing=on_gpu,
         seed=0,
     )
     if case.endswith("vllm"):

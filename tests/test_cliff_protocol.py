@@ -346,3 +346,62 @@ def test_close_closes_the_teacher(judge_factory):
     judge.process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])]))
     judge.close()
     assert teacher.closed
+
+
+@pytest.mark.parametrize("failing_call", ["solve", "judge"])
+def test_dead_endpoint_is_an_endpoint_fallback_whatever_call_failed(judge_factory, failing_call):
+    """A teacher server that is down: the group falls back as ``fallback_endpoint`` (not "unverified") whether the
+    failed request was the reference ``solve`` or a ``judge`` call (the reference cached from an earlier step)."""
+    from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
+    from hf_meds_cliff.cliff.teachers.loopback import LoopbackChatServer, Reply
+
+    with LoopbackChatServer(lambda body, index: Reply(content="unused")) as server:
+        dead_url = server.base_url  # closed on exit: connections are refused from now on
+    teacher = OpenAICompatibleTeacher(dead_url, "m", timeout=1.0, max_retries=1, backoff_base=0.01)
+    judge = judge_factory(teacher)
+    if failing_call == "judge":
+        judge.references[f"key-{PROBLEM}"] = RIGHT
+    outcome = judge.process_step(
+        make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1]), ("p2", "9", [RIGHT, RIGHT])])
+    )
+    assert outcome.group_modes == [GROUP_FALLBACK_ENDPOINT] * 2 + [GROUP_SKIPPED] * 2
+    assert outcome.first_mistake == [None, None, None, None]
+    counters = outcome.counters
+    assert (counters["groups_fallback_endpoint"], counters["groups_fallback_unverified"]) == (1, 0)
+    assert counters[f"{failing_call}_failures/connection_error"] == 1
+    assert teacher.counters["failures/connection_error"] == 1 and teacher.counters["retries"] == 1
+    assert judge.references == ({f"key-{PROBLEM}": RIGHT} if failing_call == "judge" else {})
+
+
+@pytest.mark.parametrize(
+    ("status", "mode"), [("timeout", GROUP_FALLBACK_ENDPOINT), ("error", GROUP_FALLBACK_UNVERIFIED)]
+)
+def test_solve_failure_status_decides_the_fallback_kind(judge_factory, status, mode):
+    from hf_meds_cliff.cliff.teachers.base import SolveFailure
+
+    teacher = ScriptedTeacher({PROBLEM: SolveFailure(status, "scripted")}, {})
+    outcome = judge_factory(teacher).process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])]))
+    assert outcome.group_modes == [mode] * 2 and teacher.judge_calls == []
+    assert outcome.counters[f"solve_failures/{status}"] == 1 and outcome.counters[f"groups_{mode}"] == 1
+    with pytest.raises(ValueError, match="Unknown solve failure status 'ok'"):
+        SolveFailure("ok")
+
+
+def test_ungraded_rollouts_are_never_judged_and_never_decide_a_group(judge_factory):
+    """Correctness ``None`` (the reward function could not grade the row): not judged, no first mistake, and the
+    group's mode is decided by its graded rows only."""
+    teacher = ScriptedTeacher({PROBLEM: RIGHT, "p2": RIGHT}, {WRONG_AT_1: ok(1), WRONG_AT_2: ok(2)})
+    rows = make_rows(
+        [
+            (PROBLEM, "9", [RIGHT, WRONG_AT_1, WRONG_AT_2]),  # WRONG_AT_2 ungraded: still a mixed group
+            ("p2", "9", [RIGHT, WRONG_AT_2]),  # the only wrong row ungraded: all graded rows correct
+            ("p3", "9", [WRONG_AT_1, WRONG_AT_2]),  # nothing graded
+        ]
+    )
+    for row in (2, 4, 5, 6):
+        rows.is_correct[row] = None
+    outcome = judge_factory(teacher).process_step(rows)
+    assert outcome.group_modes == [GROUP_CLIFF] * 3 + [GROUP_SKIPPED] * 4
+    assert outcome.first_mistake == [None, 1, None, None, None, None, None]
+    assert teacher.judge_calls == [WRONG_AT_1] and teacher.solve_calls == [PROBLEM]
+    assert outcome.counters["ungraded"] == 4 and outcome.counters["rollouts_with_mistake"] == 1

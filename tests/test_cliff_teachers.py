@@ -13,6 +13,7 @@ from hf_meds_cliff.cliff.teachers import (
     Judgment,
     OpenAICompatibleTeacher,
     RuleBasedToyTeacher,
+    SolveFailure,
     Teacher,
     build_teacher,
     is_endpoint_failure,
@@ -111,6 +112,29 @@ def test_http_teacher_retries_5xx_then_succeeds():
     assert not any(key.startswith("failures/") for key in teacher.counters)
 
 
+def test_http_teacher_waits_as_long_as_retry_after_says():
+    """A 429/503 with ``Retry-After`` (seconds) is retried no sooner than the server asked (capped at backoff_max),
+    as the openai SDK does; the backoff alone would retry after ~0.01 s here."""
+
+    def responder(body, index):
+        if index == 0:
+            return Reply(status=429, raw_body='{"error": "slow down"}', headers={"Retry-After": "0.4"})
+        return Reply(content=GOOD_ANSWER)
+
+    with LoopbackChatServer(responder) as server:
+        teacher = fast_teacher(server, max_retries=1, backoff_max=5.0)
+        judgment = run(judge_and_close(teacher))
+    assert judgment.status == "ok" and teacher.counters["retries"] == 1
+    first, second = server.requests
+    assert second.started - first.started >= 0.4
+
+    with LoopbackChatServer(lambda body, index: Reply(status=503, headers={"Retry-After": "3600"})) as server:
+        teacher = fast_teacher(server, max_retries=1, backoff_max=0.05)
+        start = time.perf_counter()
+        judgment = run(judge_and_close(teacher))
+    assert judgment.status == "http_error" and time.perf_counter() - start < 30  # capped, not an hour
+
+
 def test_http_teacher_gives_up_on_persistent_500_and_does_not_retry_400():
     with LoopbackChatServer(lambda body, index: Reply(status=500, raw_body="boom")) as server:
         teacher = fast_teacher(server, max_retries=2)
@@ -164,7 +188,9 @@ def test_http_teacher_connection_error():
     async def solve():
         return await teacher.solve(PROBLEM)
 
-    assert run(solve()) is None
+    failure = run(solve())
+    assert isinstance(failure, SolveFailure) and failure.status == "connection_error" and not failure
+    assert is_endpoint_failure(failure)
     assert teacher.counters["failures/connection_error"] == 2
 
 

@@ -106,6 +106,116 @@ def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path)
     assert resumed_logs[-1]["cliff/judgment_cache_hits"] == 4.0
 
 
+def _non_toy_trainer(tmp_path, iterable: bool, **config):
+    from datasets import Dataset
+
+    from hf_meds_cliff.toy import build_toy_model, build_toy_tokenizer
+
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": f"Solve x^2 = {n * n} for x > 0."}] for n in range(1, 9)],
+            "answer": [str(n) for n in range(1, 9)],
+        }
+    )
+    tokenizer = build_toy_tokenizer()
+
+    def fixed_rollouts(prompts, trainer):  # no generation needed: the check runs before any teacher call
+        ids = tokenizer.encode("x = 2. The answer is \\boxed{2}.", add_special_tokens=False)
+        prompt_ids = [
+            list(tokenizer.apply_chat_template(p, add_generation_prompt=True)["input_ids"]) for p in prompts
+        ]
+        return {"prompt_ids": prompt_ids, "completion_ids": [ids + [tokenizer.eos_token_id]] * len(prompts),
+                "logprobs": [[0.0] * (len(ids) + 1)] * len(prompts)}  # fmt: skip
+
+    def correct(completions, answer, **kwargs):
+        return [float(f"boxed{{{a}}}" in c[-1]["content"]) for c, a in zip(completions, answer)]
+
+    args = CliffConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, max_completion_length=32,
+        max_steps=1, logging_steps=1, save_strategy="no", activation_checkpointing=False, **CPU, **config,
+    )  # fmt: skip
+    return CliffGRPOTrainer(
+        model=build_toy_model(tokenizer, seed=0), reward_funcs=[correct], args=args,
+        train_dataset=dataset.to_iterable_dataset() if iterable else dataset, processing_class=tokenizer,
+        rollout_func=fixed_rollouts,
+    )  # fmt: skip
+
+
+def test_rule_teacher_on_a_non_toy_dataset_fails_at_init_naming_the_teacher_options(tmp_path):
+    """The default teacher reads toy questions only: a run on other data must not silently become plain GRPO."""
+    with pytest.raises(
+        ValueError, match=r"reads only toy questions .*Solve x\^2 = 1.*--cliff_teacher http"
+    ) as error:
+        _non_toy_trainer(tmp_path, iterable=False)
+    assert "--cliff_teacher transformers" in str(error.value) and "teacher=" in str(error.value)
+
+
+def test_rule_teacher_on_an_iterable_non_toy_dataset_fails_on_the_first_batch(tmp_path):
+    trainer = _non_toy_trainer(tmp_path, iterable=True)  # rows cannot be peeked at init
+    with pytest.raises(ValueError, match="reads only toy questions"):
+        trainer.train()
+
+
+class RecordingArithmeticTeacher:
+    """The driver's exact teacher, recording the completions it was asked to judge."""
+
+    def __init__(self, driver):
+        self.inner = driver.ArithmeticTeacher()
+        self.name = "recording"
+        self.judged: list[str] = []
+
+    async def solve(self, problem):
+        return await self.inner.solve(problem)
+
+    async def judge(self, problem, reference, sentences):
+        self.judged.append("".join(sentences))
+        return await self.inner.judge(problem, reference, sentences)
+
+    async def aclose(self):
+        pass
+
+
+def test_ungraded_rows_are_not_judged_and_keep_trl_advantages(tmp_path, caplog):
+    """A correctness reward returning None ("cannot grade this row"): the row is never sent to the teacher, gets
+    TRL's sequence-level advantage (0: no reward function graded it) on every token, stays out of its group's
+    baseline, and TRL's warning about it is kept."""
+    from hf_meds_cliff.cliff.protocol import problem_text
+
+    driver = load_driver()
+
+    def grades_all_but_wrong_from_the_start(prompts, completions, answer, **kwargs):
+        rewards = driver.exact_answer_reward(completions, answer)
+        problems = [driver.parse_question(problem_text(prompt)) for prompt in prompts]
+        texts = [completion[-1]["content"] for completion in completions]  # chat completions
+        return [
+            None if text == driver.wrong_from(problem, 0) else reward
+            for text, problem, reward in zip(texts, problems, rewards)
+        ]
+
+    teacher = RecordingArithmeticTeacher(driver)
+    trainer = driver.build_trainer(
+        str(tmp_path), 12, steps=1, num_prompts=3, shuffle_dataset=False, teacher=teacher,
+        reward_funcs=[grades_all_but_wrong_from_the_start],
+    )  # fmt: skip
+    with caplog.at_level("WARNING", logger="trl.trainer.grpo_trainer"):
+        trainer.train()
+    assert "All reward functions returned None" in caplog.text
+
+    # Groups 0 and 1: [correct, wrong from sentence 1, ungraded, correct]; group 2 all correct (see the driver).
+    advantages = trainer.recorded[0]
+    ungraded = [2, 6]
+    assert torch.count_nonzero(advantages[ungraded]) == 0
+    problems = [driver.parse_question(problem_text(row["prompt"])) for row in trainer.train_dataset]
+    assert sorted(teacher.judged) == sorted(driver.wrong_from(problem, 1) for problem in problems[:2])
+    for group in (0, 1):
+        graded = [4 * group, 4 * group + 1, 4 * group + 3]
+        assert advantages[graded].sum().item() == pytest.approx(0.0, abs=1e-4)  # b over the graded rows only
+        values = advantages[4 * group + 1][advantages[4 * group + 1] != 0]
+        assert values[-1].item() < values[0].item()  # prefix / suffix split of the graded wrong row
+    log = next(r for r in trainer.state.log_history if "cliff/ungraded" in r)
+    assert (log["cliff/ungraded"], log["cliff/groups_cliff"], log["cliff/judge_calls"]) == (2.0, 2.0, 2.0)
+
+
 class ToyTeacherResponder:
     """Loopback OpenAI-compatible endpoint that solves and judges toy problems exactly (or fails on judging)."""
 
@@ -257,7 +367,7 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
                 "--per_device_train_batch_size", "32",
                 "--toy_train_size", "64",
                 "--learning_rate", "1e-3",
-                "--gradient_checkpointing", "false",
+                "--activation_checkpointing", "false",
             ]
         )
     )  # fmt: skip

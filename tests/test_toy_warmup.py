@@ -214,3 +214,43 @@ def test_stop_rules(tmp_path, monkeypatch, overrides, accuracy, steps, stop_reas
     path = warmup_toy_model(tmp_path / "policy", **{**TINY, **overrides})
     metrics = json.loads((path / "warmup_metrics.json").read_text())
     assert (metrics["steps"], metrics["stop_reason"]) == (steps, stop_reason)
+
+
+def test_progress_bar_leaves_the_cache_key_alone():
+    """The progress display changed no result, so the cache key of the default warm-up (the policy every test,
+    script and README number uses, cached under this key) must stay what it was."""
+    assert warmup_module.WARMUP_CODE_VERSION == 1
+    assert WarmupSettings().cache_key() == "449da3e03fe6f7df"
+
+
+@pytest.mark.slow
+def test_warmup_shows_progress_with_held_out_accuracy_and_no_deprecation_warning(
+    tmp_path, capsys, monkeypatch
+):
+    """A newcomer's first run: a progress bar with the held-out accuracy on stderr (no logging set up), no
+    deprecation warning from our code, and the same weights as a run without the bar."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shown = warmup_toy_model(tmp_path / "shown", **TINY)
+    deprecations = [w for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    assert not deprecations, [f"{w.filename}:{w.lineno}: {w.message}" for w in deprecations]
+    err = capsys.readouterr().err
+    assert "Toy policy warm-up" in err and "3/3" in err
+    assert "held-out greedy accuracy 0.00 (stops at 1.00)" in err and "test pass@1" in err
+
+    import functools
+
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", functools.partial(tqdm.auto.tqdm, disable=True))
+    hidden = warmup_toy_model(tmp_path / "hidden", **TINY)
+    assert "Toy policy warm-up" not in capsys.readouterr().err
+    shown_weights = AutoModelForCausalLM.from_pretrained(shown).state_dict()
+    for name, value in AutoModelForCausalLM.from_pretrained(hidden).state_dict().items():
+        assert torch.equal(value, shown_weights[name]), name
+    assert (
+        json.loads((shown / "warmup_metrics.json").read_text())["cache_key"]
+        == json.loads((hidden / "warmup_metrics.json").read_text())["cache_key"]
+    )

@@ -94,8 +94,23 @@ class DAPOConfig(GRPOConfig):
         default=0,
         metadata={"help": "Index of the reward function whose per-group variance decides (0 = correctness)."},
     )
+    # TRL's configs default `gradient_checkpointing=True`, a name transformers 5 deprecated for
+    # `activation_checkpointing` (FutureWarning on every config built). Unset here; __post_init__ carries TRL's default
+    # over under the new name, so only a user who passes the old name sees the warning.
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of `activation_checkpointing` (transformers 5). When neither is given, "
+            "activation checkpointing is on, as in TRL."
+        },
+    )
 
     def __post_init__(self):
+        if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
+            if hasattr(self, "activation_checkpointing"):
+                self.activation_checkpointing = True
+            else:  # a transformers without the new name
+                self.gradient_checkpointing = True
         super().__post_init__()
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(

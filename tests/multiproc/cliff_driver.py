@@ -125,6 +125,7 @@ def build_trainer(
     steps: int = 2,
     num_prompts: int = 32,
     teacher=None,
+    reward_funcs=None,
     **config_overrides,
 ):
     """A Cliff trainer on scripted rollouts (SGD, so that 1- and 2-process runs match to float precision)."""
@@ -145,14 +146,14 @@ def build_trainer(
         "report_to": [],
         "bf16": False,
         "use_cpu": True,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "seed": 0,
         "cliff_teacher": "rule",
     }
     settings.update(config_overrides)
     return RecordingCliffTrainer(
         model=model,
-        reward_funcs=[exact_answer_reward],
+        reward_funcs=reward_funcs if reward_funcs is not None else [exact_answer_reward],
         args=CliffConfig(**settings),
         train_dataset=dataset,
         processing_class=tokenizer,

@@ -21,6 +21,7 @@ _LAZY_ATTRIBUTES = {
     "build_solve_messages": "hf_meds_cliff.cliff.judging",
     "parse_judgment": "hf_meds_cliff.cliff.judging",
     "Judgment": "hf_meds_cliff.cliff.teachers.base",
+    "SolveFailure": "hf_meds_cliff.cliff.teachers.base",
     "Teacher": "hf_meds_cliff.cliff.teachers.base",
     "is_endpoint_failure": "hf_meds_cliff.cliff.teachers.base",
     "build_teacher": "hf_meds_cliff.cliff.teachers",
@@ -32,6 +33,7 @@ __all__ = [
     "CliffConfig",
     "CliffGRPOTrainer",
     "Judgment",
+    "SolveFailure",
     "Teacher",
     "build_judge_messages",
     "build_solve_messages",
@@ -56,7 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import CliffConfig
     from .judging import build_judge_messages, build_solve_messages, parse_judgment
     from .teachers import build_teacher
-    from .teachers.base import Judgment, Teacher, is_endpoint_failure
+    from .teachers.base import Judgment, SolveFailure, Teacher, is_endpoint_failure
     from .trainer import CliffGRPOTrainer
 
 

@@ -25,8 +25,9 @@ class CliffConfig(DAPOConfig):
         cliff_lam (`float`, defaults to `0.0`):
             λ: weight of the correct-rollout advantage given to the correct prefix of an incorrect rollout.
         cliff_teacher (`str`, defaults to `"rule"`):
-            Teacher kind: `"rule"` (the toy world's exact first-mistake checker), `"http"` (an OpenAI-compatible
-            endpoint such as `vllm serve`), or `"transformers"` (a local model).
+            Teacher kind: `"rule"` (the toy world's exact first-mistake checker; toy questions only: the trainer
+            raises at start-up, or on the first batch, when it can read none of the dataset's problems), `"http"`
+            (an OpenAI-compatible endpoint such as `vllm serve`), or `"transformers"` (a local model).
         cliff_teacher_base_url (`str` or `None`): Base URL of the HTTP teacher, e.g. `http://127.0.0.1:8000/v1`.
         cliff_teacher_model (`str` or `None`): Model name (HTTP) or local path / hub id (transformers).
         cliff_teacher_api_key_env (`str`): Environment variable holding the HTTP teacher's API key.
@@ -54,7 +55,8 @@ class CliffConfig(DAPOConfig):
     cliff_teacher: str = field(
         default="rule",
         metadata={
-            "help": "Teacher kind: 'rule' (exact rule-based first-mistake checker of the toy world, free), 'http' "
+            "help": "Teacher kind: 'rule' (exact rule-based first-mistake checker of the toy world, free; it reads "
+            "toy questions only, so the trainer refuses a dataset it cannot read), 'http' "
             "(OpenAI-compatible endpoint: vllm serve, SGLang, transformers serve, hosted APIs) or 'transformers' "
             "(a local model on the training machine).",
             "choices": list(TEACHER_KINDS),

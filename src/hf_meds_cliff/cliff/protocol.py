@@ -5,9 +5,14 @@ per group of rollouts of one prompt, whether Cliff applies and, per incorrect ro
 starts (a sentence index, the "pitfall step" p(a)):
 
 1. Groups whose rollouts are all correct or all incorrect are skipped (zero reward variance, no teacher call).
+   Ungraded rollouts (correctness ``None``: the correctness reward returned ``None``, "cannot grade this row",
+   as TRL allows) are neither correct nor incorrect: they never decide a group's mode, are never judged and get
+   no first mistake; the trainer leaves them TRL's sequence-level advantage (counted as ``ungraded``).
 2. Reference filter: the teacher solves the problem (cached per prompt once verified); the verifier
    (:func:`hf_meds_cliff.rewards.check_answer`) checks the solution against the ground truth. Unverified groups fall
-   back to plain GRPO for this step (counted as ``groups_fallback_unverified``).
+   back to plain GRPO for this step (counted as ``groups_fallback_unverified``), except when the ``solve`` call
+   failed at the endpoint (a :class:`~hf_meds_cliff.cliff.teachers.base.SolveFailure` with an endpoint status):
+   those count as ``groups_fallback_endpoint``, like a failed ``judge`` call.
 3. Truncated incorrect rollouts get p(a) = 0 without a call.
 4. Every other incorrect rollout of a mixed group is judged (``k`` times with self-consistency), concurrently.
    The teacher saying "no mistake" on a verifier-wrong rollout gives p(a) = 0 and counts a disagreement; a malformed
@@ -40,7 +45,7 @@ from functools import partial
 from typing import Any
 
 from .sentences import split_sentences
-from .teachers.base import Judgment, Teacher, is_endpoint_failure
+from .teachers.base import ENDPOINT_FAILURES, Judgment, SolveFailure, Teacher, is_endpoint_failure
 
 logger = logging.getLogger(__name__)
 
@@ -142,14 +147,15 @@ def problem_text(prompt: Any) -> str:
 class StepRows:
     """The gathered rows of one generation step, in global order (every process passes the same rows).
 
-    Row ``i`` belongs to group ``group_ids[i]``; a group is the set of rollouts of one prompt.
+    Row ``i`` belongs to group ``group_ids[i]``; a group is the set of rollouts of one prompt. ``is_correct[i]`` is
+    ``None`` for an ungraded rollout (its correctness reward returned ``None``).
     """
 
     prompt_keys: list[str]
     problems: list[str]
     ground_truths: list[str | None]
     completions: list[str]
-    is_correct: list[bool]
+    is_correct: list[bool | None]
     is_truncated: list[bool]
     group_ids: list[int]
 
@@ -329,6 +335,8 @@ class CliffJudge:
         except Exception as error:  # noqa: BLE001 -- a Teacher should not raise; count it, keep training
             logger.warning("Teacher.solve raised %s: %s", type(error).__name__, error)
             return {"solution": None, "verified": False, "status": "error"}
+        if isinstance(solution, SolveFailure):
+            return {"solution": None, "verified": False, "status": solution.status}
         if solution is None:
             return {"solution": None, "verified": False, "status": "no_solution"}
         if not self.reference_filter:
@@ -388,7 +396,7 @@ class CliffJudge:
         ``gather`` is an all-gather of Python lists that concatenates the ranks' lists in rank order (accelerate's
         ``gather_object``); it must be called by every rank, so every rank calls this method with the same rows.
 
-        Counters: ``groups``, ``groups_skipped``, ``groups_cliff``, ``groups_fallback_unverified``,
+        Counters: ``groups``, ``ungraded``, ``groups_skipped``, ``groups_cliff``, ``groups_fallback_unverified``,
         ``groups_fallback_endpoint``, ``solve_calls``, ``judge_calls``, ``reference_cache_hits``,
         ``judgment_cache_hits``, ``references_unverified``, ``truncated``, ``agreements``, ``disagreements``,
         ``judge_failures/<status>``, ``solve_failures/<status>``, ``rollouts_with_mistake``.
@@ -414,19 +422,20 @@ class CliffJudge:
         # 1. zero-variance groups; which groups need a teacher at all
         needs_reference: list[int] = []
         for group in group_order:
-            rows_of_group = members[group]
-            correct = [rows.is_correct[i] for i in rows_of_group]
+            graded = [i for i in members[group] if rows.is_correct[i] is not None]
+            counters["ungraded"] += len(members[group]) - len(graded)
+            correct = [rows.is_correct[i] for i in graded]
             counters["groups"] += 1
-            if all(correct) or not any(correct):
+            if all(correct) or not any(correct):  # also a group with no graded rollout at all
                 modes[group] = GROUP_SKIPPED
                 continue
             modes[group] = GROUP_CLIFF
-            for i in rows_of_group:
-                if not rows.is_correct[i]:
-                    first_mistake[i] = 0
-                    if rows.is_truncated[i]:
-                        counters["truncated"] += 1
-            if any(not rows.is_correct[i] and not rows.is_truncated[i] for i in rows_of_group):
+            incorrect = [i for i in graded if rows.is_correct[i] is False]
+            for i in incorrect:
+                first_mistake[i] = 0
+                if rows.is_truncated[i]:
+                    counters["truncated"] += 1
+            if any(not rows.is_truncated[i] for i in incorrect):
                 needs_reference.append(group)
 
         # 2. reference filter (one solve call per distinct prompt missing from the cache)
@@ -452,6 +461,7 @@ class CliffJudge:
             gather,
         )
         counters["solve_calls"] += len(to_solve)
+        endpoint_failed_keys: set[str] = set()
         for key, result in zip(to_solve, solve_results):
             if result["verified"]:
                 references[key] = result["solution"]
@@ -462,6 +472,8 @@ class CliffJudge:
                 counters["references_unverified"] += 1
                 if result["status"] not in ("wrong",):
                     counters[f"solve_failures/{result['status']}"] += 1
+                if result["status"] in ENDPOINT_FAILURES:
+                    endpoint_failed_keys.add(key)
 
         # 3. judge the incorrect, non-truncated rollouts of groups with a reference
         judge_rows: list[int] = []
@@ -469,10 +481,12 @@ class CliffJudge:
         for group in needs_reference:
             key = rows.prompt_keys[members[group][0]]
             if references.get(key) is None:
-                modes[group] = GROUP_FALLBACK_UNVERIFIED
+                modes[group] = (
+                    GROUP_FALLBACK_ENDPOINT if key in endpoint_failed_keys else GROUP_FALLBACK_UNVERIFIED
+                )
                 continue
             for i in members[group]:
-                if rows.is_correct[i] or rows.is_truncated[i]:
+                if rows.is_correct[i] is not False or rows.is_truncated[i]:  # correct or ungraded
                     continue
                 cache_key = completion_cache_key(key, rows.completions[i])
                 if self.use_judgment_cache and cache_key in self.judgments:

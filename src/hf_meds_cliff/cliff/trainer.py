@@ -26,6 +26,7 @@ from ..model_card import MethodModelCardMixin
 from .advantages import cliff_token_advantages, first_mistake_token_positions
 from .config import CliffConfig
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
+from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,13 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             to :func:`hf_meds_cliff.rewards.check_answer` (math answers). Pass one for other tasks (e.g. code).
         All other arguments are those of [`~trl.GRPOTrainer`]; ``args`` must be a [`CliffConfig`].
 
-    Metrics (under ``cliff/``, identical on every process): ``groups_cliff``, ``groups_skipped``,
+    Ungraded rollouts: a correctness reward may return ``None`` for a row it cannot grade (TRL allows it, and TRL's
+    warning about rows every reward function left ungraded is kept). Such a row is neither correct nor incorrect: it
+    never makes a group mixed, is never sent to the teacher, gets no token-level advantage (it keeps TRL's
+    sequence-level one, 0 when every reward function returned ``None``) and is left out of its group's Cliff
+    baseline ``b``; counted per step as ``cliff/ungraded``.
+
+    Metrics (under ``cliff/``, identical on every process): ``groups_cliff``, ``groups_skipped``, ``ungraded``,
     ``groups_fallback_unverified``, ``groups_fallback_endpoint`` (groups per step), ``solve_calls``,
     ``judge_calls``, ``reference_cache_hits``, ``judgment_cache_hits``, ``truncated``, ``judge_failures/<kind>``,
     ``solve_failures/<kind>``, ``teacher/<counter>`` (the teacher's own counts summed over processes: requests,
@@ -131,6 +138,11 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
             teacher = build_teacher(args)
         self.teacher = teacher
+        logger.info("Cliff teacher: %r", teacher)
+        # The toy world's rule-based teacher (the default) reads toy questions only: on other data every mixed group
+        # would silently fall back to plain GRPO. Checked on the dataset's first rows here, or on the first batch.
+        self._cliff_unchecked_rule_teacher = isinstance(teacher, RuleBasedToyTeacher)
+        self._check_rule_teacher_reads(_first_problems(self.train_dataset))
         self.cliff_judge = CliffJudge(
             teacher,
             verify=reference_verifier,
@@ -180,10 +192,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
         # Per-sequence advantages, correctness and truncation of every row of the step (groups can span processes).
         sequence_advantages = accelerator.gather(output["advantages"]).float()
-        correctness = torch.nan_to_num(
-            rewards_per_func[:, args.cliff_correctness_reward_index], nan=-math.inf
-        )
-        is_correct = correctness >= args.cliff_correctness_threshold
+        correctness = rewards_per_func[:, args.cliff_correctness_reward_index]
+        is_graded = ~torch.isnan(correctness)  # None from the reward function: "cannot grade this row"
+        is_correct = correctness >= args.cliff_correctness_threshold  # False on NaN
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         local_rows = [
@@ -206,10 +217,11 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             problems=[r[1] for r in all_rows],
             ground_truths=[r[2] for r in all_rows],
             completions=[r[3] for r in all_rows],
-            is_correct=is_correct.tolist(),
+            is_correct=[bool(c) if g else None for c, g in zip(is_correct.tolist(), is_graded.tolist())],
             is_truncated=[r[4] for r in all_rows],
             group_ids=group_ids.tolist(),
         )
+        self._check_rule_teacher_reads(rows.problems)
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
         # Judge inspection: each rollout's first-mistake sentence (None = plain GRPO) beside TRL's completions table,
@@ -231,17 +243,40 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 accelerator.pad_across_processes(completion_mask, dim=1, pad_index=0)
             )
         mask = completion_mask.float()
-        token_advantages = cliff_token_advantages(
-            sequence_advantages, is_correct, group_ids, suffix_start, mask, lam=float(args.cliff_lam)
-        )
-        uses_cliff = torch.tensor([mode == GROUP_CLIFF for mode in outcome.group_modes], device=device)
+        # Ungraded rows keep TRL's sequence-level advantage and stay out of the Cliff groups' baselines b.
         plain = sequence_advantages.unsqueeze(1) * mask
-        token_advantages = torch.where(uses_cliff.unsqueeze(1), token_advantages, plain)
+        uses_cliff = torch.tensor([mode == GROUP_CLIFF for mode in outcome.group_modes], device=device)
+        graded = is_graded.to(device).nonzero().squeeze(1)
+        token_advantages = plain.clone()
+        token_advantages[graded] = torch.where(
+            uses_cliff[graded].unsqueeze(1),
+            cliff_token_advantages(
+                sequence_advantages[graded], is_correct[graded].to(device), group_ids[graded],
+                suffix_start[graded], mask[graded], lam=float(args.cliff_lam),
+            ),
+            plain[graded],
+        )  # fmt: skip
 
         located = torch.tensor([bool(spans) for spans in outcome.sentence_spans], device=device)
         lengths = mask.sum(dim=1).clamp(min=1)
         self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
+
+    def _check_rule_teacher_reads(self, problems: list[str]) -> None:
+        """Raise when the rule-based toy teacher can read none of ``problems`` (checked once, on the first ones)."""
+        if not self._cliff_unchecked_rule_teacher or not problems:
+            return
+        self._cliff_unchecked_rule_teacher = False
+        if not any(self.teacher.can_read(problem) for problem in problems):
+            raise ValueError(
+                "The rule-based teacher (cliff_teacher='rule', the default) is the toy world's exact checker and "
+                f"reads only toy questions ('Compute (7 + 5) * 3 - 4.'), not this dataset's (e.g. "
+                f"{problems[0]!r:.100}); every mixed group would fall back to plain GRPO. Choose a teacher that can "
+                "judge this data: an OpenAI-compatible server (`--cliff_teacher http --cliff_teacher_base_url "
+                "http://127.0.0.1:8000/v1 --cliff_teacher_model <served model>`: vllm serve, SGLang, transformers "
+                "serve, a hosted API), a local model (`--cliff_teacher transformers --cliff_teacher_model <path or "
+                "hub id>`), or your own object passed as CliffGRPOTrainer(..., teacher=...)."
+            )
 
     def _teacher_counter_deltas(self, world_size: int) -> Counter:
         """What the teachers of all processes counted during this step (requests, retries, failures by kind)."""
@@ -266,7 +301,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         for name in (
             "groups_cliff", "groups_skipped", "groups_fallback_unverified", "groups_fallback_endpoint",
             "solve_calls", "judge_calls", "reference_cache_hits", "judgment_cache_hits", "truncated",
-            "disagreements", "rollouts_with_mistake",
+            "disagreements", "rollouts_with_mistake", "ungraded",
         ):  # fmt: skip
             metrics[f"cliff/{name}"].append(float(counters.get(name, 0)))
         self._cliff_failure_keys.update(k for k in counters if "_failures/" in k or k.startswith("teacher/"))
@@ -332,6 +367,20 @@ class CliffGRPOTrainer(DynamicSamplingMixin, CliffTokenAdvantageTrainer):
     from the outside: every generation round is judged and gets its ``(B, T)`` token advantages, then the kept
     rows of all rounds are merged.
     """
+
+
+def _first_problems(dataset: Any, count: int = 8) -> list[str]:
+    """Problem texts of the first ``count`` rows of a map-style dataset with a ``prompt`` column; [] otherwise (an
+    iterable dataset is checked on the first batch instead)."""
+    if "prompt" not in (getattr(dataset, "column_names", None) or ()) or not hasattr(dataset, "__len__"):
+        return []
+    problems = []
+    for index in range(min(count, len(dataset))):
+        try:
+            problems.append(problem_text(dataset[index]["prompt"]))
+        except TypeError:  # an unusual prompt: leave it to the first batch
+            continue
+    return problems
 
 
 def _ground_truth(value: Any) -> str | None:

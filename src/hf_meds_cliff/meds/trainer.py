@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
-from trl.models.utils import disable_gradient_checkpointing
 
+from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import checkpoint_folder
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
@@ -238,7 +238,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 "bypassed it. Call MEDSGRPOTrainer._generate (or set `trainer._meds_prompt_ids`) before the rewards."
             )
         batch_size = self.args.per_device_train_batch_size
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        with activation_checkpointing_disabled(self.model, self.args.gradient_checkpointing_kwargs):
             features, has_feature, _ = answer_logit_features(
                 self.model,
                 self._meds_prompt_ids,

@@ -436,6 +436,7 @@ def _learning_rate_factor(step: int, settings: WarmupSettings) -> float:
 def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     import torch
     import transformers
+    from tqdm.auto import tqdm
 
     tokenizer = build_toy_tokenizer()
     model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
@@ -465,6 +466,16 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     history: list[dict[str, float]] = []
     loss_value = float("nan")
     step = 0
+    # Minutes of work on a first run, before any logging is configured: show it. The bar draws no random numbers,
+    # so the result (and the cache key) is the same with or without it.
+    progress = tqdm(
+        total=settings.max_steps,
+        desc="Toy policy warm-up (first run only, then cached)",
+        unit="step",
+        mininterval=1.0,
+        dynamic_ncols=True,
+    )
+    progress.set_postfix_str(f"held-out greedy accuracy: first check at step {settings.eval_start_step}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         while step < settings.max_steps:
@@ -477,6 +488,7 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
             optimizer.zero_grad(set_to_none=True)
             loss_value = loss.item()
             step += 1
+            progress.update(1)
             if (
                 step >= settings.eval_start_step
                 and (step - settings.eval_start_step) % settings.eval_every_steps == 0
@@ -486,6 +498,10 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
                 eval_seconds += time.perf_counter() - eval_start
                 history.append({"step": step, "loss": loss_value, "validation_greedy_accuracy": accuracy})
                 logger.info("step %d loss %.4f validation greedy accuracy %.3f", step, loss_value, accuracy)
+                progress.set_postfix_str(
+                    f"loss {loss_value:.3f}, held-out greedy accuracy {accuracy:.2f} "
+                    f"(stops at {settings.target_greedy_accuracy:.2f})"
+                )
                 if accuracy >= settings.target_greedy_accuracy:
                     stop_reason = "target_greedy_accuracy"
                     break
@@ -498,15 +514,24 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     test_stream = iter_problems("test", settings.seed, settings.task)
     test_problems = [next(test_stream) for _ in range(settings.num_test_problems)]
     eval_start = time.perf_counter()
-    test_metrics = evaluate_policy(
-        model,
-        tokenizer,
-        test_problems,
-        num_samples=settings.num_samples,
-        temperature=settings.temperature,
-        seed=settings.seed,
-        max_new_tokens=settings.max_new_tokens,
+    progress.set_description(
+        f"Toy policy warm-up: {stop_reason} at step {step}; evaluating pass@k on the test split"
     )
+    with progress:
+        test_metrics = evaluate_policy(
+            model,
+            tokenizer,
+            test_problems,
+            num_samples=settings.num_samples,
+            temperature=settings.temperature,
+            seed=settings.seed,
+            max_new_tokens=settings.max_new_tokens,
+        )
+        progress.set_description(f"Toy policy warm-up done ({stop_reason} at step {step})")
+        held_out = (
+            f"held-out greedy accuracy {history[-1]['validation_greedy_accuracy']:.2f}, " if history else ""
+        )
+        progress.set_postfix_str(f"{held_out}test pass@1 {test_metrics['pass@1']:.2f}", refresh=False)
     final_eval_seconds = time.perf_counter() - eval_start
     if stop_reason != "target_greedy_accuracy":
         logger.warning(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import ENDPOINT_FAILURES, JUDGMENT_STATUSES, Judgment, Teacher, is_endpoint_failure
+from .base import ENDPOINT_FAILURES, JUDGMENT_STATUSES, Judgment, SolveFailure, Teacher, is_endpoint_failure
 
 _LAZY_ATTRIBUTES = {
     "OpenAICompatibleTeacher": "hf_meds_cliff.cliff.teachers.openai_compatible",
@@ -23,6 +23,7 @@ __all__ = [
     "Judgment",
     "OpenAICompatibleTeacher",
     "RuleBasedToyTeacher",
+    "SolveFailure",
     "Teacher",
     "TransformersTeacher",
     "build_teacher",

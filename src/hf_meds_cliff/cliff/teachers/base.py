@@ -25,6 +25,11 @@ status               meaning                                                    
 
 The last four are *endpoint failures* (:func:`is_endpoint_failure`): nothing is known about the
 rollout, so the trainer treats the whole group as plain GRPO for the step and the run continues.
+
+:meth:`Teacher.solve` reports a failed call the same way, as a :class:`SolveFailure` with one of these
+statuses: an endpoint failure there also makes the group fall back as an endpoint failure
+(``groups_fallback_endpoint``), whichever call failed; ``None`` means the teacher has no solution
+(the group falls back as unverified, ``groups_fallback_unverified``).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "ENDPOINT_FAILURES",
     "JUDGMENT_STATUSES",
     "Judgment",
+    "SolveFailure",
     "Teacher",
     "is_endpoint_failure",
 ]
@@ -79,15 +85,46 @@ class Judgment:
         return self.status == "ok"
 
 
-def is_endpoint_failure(judgment: Judgment) -> bool:
+@dataclass(frozen=True)
+class SolveFailure:
+    """What :meth:`Teacher.solve` returns instead of a solution when the call failed.
+
+    Attributes:
+        status: a failure kind of :data:`JUDGMENT_STATUSES` (``"connection_error"``, ``"timeout"``, ``"error"``,
+            ...); an endpoint failure (:func:`is_endpoint_failure`) makes the group fall back as
+            ``fallback_endpoint``, any other as ``fallback_unverified``.
+        message: what went wrong, for logs.
+
+    It is falsy, like the ``None`` of a teacher that has no solution.
+
+    >>> bool(SolveFailure("timeout"))
+    False
+    """
+
+    status: str
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in JUDGMENT_STATUSES - {"ok"}:
+            raise ValueError(
+                f"Unknown solve failure status {self.status!r}; use one of {sorted(JUDGMENT_STATUSES - {'ok'})}."
+            )
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def is_endpoint_failure(result: Judgment | SolveFailure) -> bool:
     """True when the teacher endpoint failed (timeout, HTTP error, unreachable, garbled response).
 
     >>> is_endpoint_failure(Judgment(None, None, "timeout"))
     True
     >>> is_endpoint_failure(Judgment(None, None, "parse_error"))
     False
+    >>> is_endpoint_failure(SolveFailure("connection_error"))
+    True
     """
-    return judgment.status in ENDPOINT_FAILURES
+    return result.status in ENDPOINT_FAILURES
 
 
 @runtime_checkable
@@ -100,8 +137,12 @@ class Teacher(Protocol):
 
     name: str
 
-    async def solve(self, problem: str) -> str | None:
-        """A reference solution ending in ``\\boxed{...}``; ``None`` on any failure (never raises)."""
+    async def solve(self, problem: str) -> str | SolveFailure | None:
+        """A reference solution ending in ``\\boxed{...}``; never raises.
+
+        ``None`` when the teacher has no solution; a :class:`SolveFailure` naming why the call failed (a teacher
+        returning ``None`` for every failure works too, but its endpoint failures then count as unverified).
+        """
         ...
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..judging import build_judge_messages, build_solve_messages, parse_judgment
-from .base import Judgment
+from .base import Judgment, SolveFailure
 
 logger = logging.getLogger(__name__)
 
@@ -102,16 +102,16 @@ class TransformersTeacher:
             )
             return self.tokenizer.decode(output[0, input_ids.shape[1] :], skip_special_tokens=True)
 
-    async def solve(self, problem: str) -> str | None:
+    async def solve(self, problem: str) -> str | SolveFailure:
         self.counters["solve_calls"] += 1
         try:
             return await asyncio.to_thread(
                 self._generate, build_solve_messages(problem), self.solve_temperature
             )
-        except Exception:  # a teacher never stops training
+        except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1
             logger.exception("Local teacher %s raised while solving", self.name)
-            return None
+            return SolveFailure("error", f"{type(error).__name__}: {error}")
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
         self.counters["judge_calls"] += 1

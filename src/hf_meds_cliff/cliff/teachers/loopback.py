@@ -31,13 +31,14 @@ __all__ = ["FixedReply", "LoopbackChatServer", "Reply", "chat_completion_body", 
 class Reply:
     """One scripted reply: HTTP ``status``, the assistant ``content`` (wrapped in a chat-completion
     body) or a verbatim ``raw_body``, after ``delay`` seconds; with ``trickle`` > 0 the body is sent
-    one byte every ``trickle`` seconds (a stalled-but-alive endpoint)."""
+    one byte every ``trickle`` seconds (a stalled-but-alive endpoint); extra response ``headers``."""
 
     content: str = ""
     status: int = 200
     delay: float = 0.0
     raw_body: str | None = None
     trickle: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -157,6 +158,8 @@ class LoopbackChatServer:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     if reply.trickle > 0:
                         for offset in range(len(data)):

@@ -8,9 +8,18 @@ training on the same node, e.g.::
         --teacher_base_url http://127.0.0.1:8001/v1 --teacher_model Qwen/Qwen3-32B
 
 Robustness: a bounded number of requests in flight (a semaphore per event loop), a per-request
-timeout, and retries with exponential backoff and jitter on timeouts, connection errors, HTTP 429
-and 5xx. Other HTTP errors are not retried. Every failure ends as a :class:`Judgment` status (or
-``None`` from :meth:`solve`) and a counter; nothing raises into the trainer. The API key is read
+timeout, and retries with exponential backoff and jitter on timeouts, connection errors, HTTP 408/409/
+425/429 and 5xx, waiting at least what a ``Retry-After`` header asks (capped at ``backoff_max``). Other
+HTTP errors are not retried.
+
+Why not the ``openai`` SDK's ``AsyncOpenAI`` (it retries, backs off and honours ``Retry-After`` too):
+its retries happen inside the client, so the ``requests``/``retries``/``failures/<kind>`` counters the
+trainer logs would need hooks into its transport; without an explicit key it either refuses to start or
+sends ``OPENAI_API_KEY`` from the environment to whatever ``base_url`` is configured (a local or
+third-party teacher); its timeout bounds each read, not a reply trickled byte by byte (bounded here with
+``asyncio.wait_for``); and it would add a second HTTP stack (openai 3.x ships ``httpx2``) to a library that
+needs one POST route. The loop below is small and tested against a scripted server and ``transformers serve``. Every failure ends as a :class:`Judgment` status (or a
+:class:`SolveFailure` from :meth:`solve`) and a counter; nothing raises into the trainer. The API key is read
 from an environment variable whose *name* is configured; the key itself is never logged or shown
 in ``repr``.
 """
@@ -28,7 +37,7 @@ from typing import Any
 import httpx
 
 from ..judging import build_judge_messages, build_solve_messages, parse_judgment
-from .base import Judgment
+from .base import Judgment, SolveFailure
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +158,13 @@ class OpenAICompatibleTeacher:
             self._per_loop[loop] = (client, asyncio.Semaphore(self.max_concurrency))
         return self._per_loop[loop]
 
-    def _backoff(self, attempt: int) -> float:
-        delay = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return delay * self._rng.uniform(0.5, 1.5)
+    def _backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds before retry ``attempt + 1``: exponential with +-50 % jitter, at least ``retry_after``
+        (the server's ``Retry-After``), never more than ``backoff_max``."""
+        delay = min(self.backoff_max, self.backoff_base * (2**attempt)) * self._rng.uniform(0.5, 1.5)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max))
+        return delay
 
     async def _chat(self, messages: list[dict[str, str]], temperature: float, max_tokens: int) -> str:
         """Content of the first choice; raises :class:`_RequestFailed` after exhausting retries."""
@@ -164,10 +177,12 @@ class OpenAICompatibleTeacher:
             **self.extra_body,
         }
         last_kind, last_message = "error", ""
+        retry_after: float | None = None
         for attempt in range(self.max_retries + 1):
             if attempt:
                 self.counters["retries"] += 1
-                await asyncio.sleep(self._backoff(attempt - 1))
+                await asyncio.sleep(self._backoff(attempt - 1, retry_after))
+                retry_after = None
             self.counters["requests"] += 1
             try:
                 async with semaphore:
@@ -184,6 +199,7 @@ class OpenAICompatibleTeacher:
             if response.status_code != 200:
                 last_kind, last_message = "http_error", f"HTTP {response.status_code}: {response.text[:300]}"
                 if response.status_code in _RETRYABLE_STATUS:
+                    retry_after = _retry_after_seconds(response.headers.get("retry-after"))
                     continue
                 break
             try:
@@ -201,8 +217,8 @@ class OpenAICompatibleTeacher:
             return content
         raise _RequestFailed(last_kind, last_message)
 
-    async def solve(self, problem: str) -> str | None:
-        """A reference solution from the teacher (sampled at ``solve_temperature``); ``None`` on failure."""
+    async def solve(self, problem: str) -> str | SolveFailure:
+        """A reference solution (sampled at ``solve_temperature``); a :class:`SolveFailure` naming the failure."""
         self.counters["solve_calls"] += 1
         try:
             return await self._chat(
@@ -211,10 +227,11 @@ class OpenAICompatibleTeacher:
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to solve a problem (%s): %s", self.name, failure.kind, failure)
-        except Exception:  # a teacher never stops training
+            return SolveFailure(failure.kind, str(failure))
+        except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1
             logger.exception("Teacher %s raised while solving", self.name)
-        return None
+            return SolveFailure("error", f"{type(error).__name__}: {error}")
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
         """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception."""
@@ -244,3 +261,16 @@ class OpenAICompatibleTeacher:
         if resources is not None:
             await resources[0].aclose()
         self._per_loop.clear()  # clients of other (closed) loops cannot be closed from here
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header given in seconds (the HTTP-date form is ignored: backoff applies).
+
+    >>> _retry_after_seconds("2.5"), _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), _retry_after_seconds(None)
+    (2.5, None, None)
+    """
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None

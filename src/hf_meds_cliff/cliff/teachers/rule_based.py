@@ -43,6 +43,21 @@ class RuleBasedToyTeacher:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    @staticmethod
+    def can_read(problem: str) -> bool:
+        """Whether ``problem`` is a toy question this teacher can solve and judge.
+
+        >>> RuleBasedToyTeacher.can_read("Compute (7 + 5) * 3 - 4."), RuleBasedToyTeacher.can_read("Solve x^2 = 4.")
+        (True, False)
+        """
+        from hf_meds_cliff.toy import parse_question
+
+        try:
+            parse_question(problem)
+        except (ValueError, TypeError):
+            return False
+        return True
+
     async def solve(self, problem: str) -> str | None:
         from hf_meds_cliff.toy import parse_question
 

@@ -1,0 +1,204 @@
+"""Cliff against a real OpenAI-compatible server: ``transformers serve`` on loopback, stopped mid-run.
+
+The teacher is a model directory written to ``tmp_path`` and served by ``transformers serve`` (the ``serving`` extra
+of transformers, in our test extra), so requests go through a real FastAPI server, chat template, tokenizer and
+``generate``. A useful LLM judge cannot run in a CPU test, so the teacher is a one-layer Llama whose weights are set
+by hand (Llama, not Qwen3: for Qwen model types the server parses replies with a Qwen response template that expects
+Qwen's chat tokens): attention and MLP write nothing, so the next token depends only on the current one, and greedy decoding
+answers every request with one whole-verdict token (``VERDICT``) followed by EOS. The reference filter is off (the
+verdict is no solution the verifier could accept), so every judged rollout of a mixed group goes to the server.
+
+``transformers serve PATH`` keeps an existing local path as the model id (``ModelManager.process_model_name``) and
+loads it with ``from_pretrained(PATH)``; with ``HF_HUB_OFFLINE=1`` nothing touches the network. The ``model`` field
+of every request must equal PATH (the server is pinned to it; another name is HTTP 400).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from helpers import ROOT, free_port, load_module
+from transformers import TrainerCallback
+
+VERDICT = '{"final_answer_correct": false, "first_mistake": 1}'
+
+
+def write_verdict_teacher(folder: Path) -> Path:
+    """A served-model directory that answers ``VERDICT`` to any chat request (greedy decoding)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, "[EOS]": 1, "[UNK]": 2, VERDICT: 3}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # every prompt word is [UNK]: VERDICT has spaces
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="[EOS]", pad_token="[PAD]", unk_token="[UNK]"
+    )
+    tokenizer.chat_template = (
+        "{% for message in messages %}{{ message['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    config = LlamaConfig(
+        vocab_size=len(vocab), hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=4096, tie_word_embeddings=False,
+        eos_token_id=1, pad_token_id=0, bos_token_id=None,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.zero_()
+        for module in model.modules():
+            if type(module).__name__.endswith("RMSNorm"):
+                module.weight.fill_(1.0)
+        embed, head = model.model.embed_tokens.weight, model.lm_head.weight
+        embed[:, 1] = 1.0  # every token but VERDICT points one way...
+        embed[3] = torch.nn.functional.one_hot(torch.tensor(0), 8).float()  # ...VERDICT the other
+        head[3, 1] = 10.0  # after any other token: VERDICT
+        head[1, 0] = 10.0  # after VERDICT: EOS
+    model.generation_config = GenerationConfig(
+        do_sample=False, eos_token_id=1, pad_token_id=0, max_new_tokens=8
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+class ServedTeacher:
+    """``transformers serve FOLDER`` on 127.0.0.1 (a free port) in a child process; ``stop()`` ends it."""
+
+    def __init__(self, folder: Path, startup_timeout: float = 180.0):
+        self.folder = str(folder)
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        command = [
+            sys.executable, "-m", "transformers.cli.transformers", "serve", self.folder,
+            "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu",
+        ]  # fmt: skip
+        self.log = folder.parent / "serve.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        started = time.perf_counter()
+        while time.perf_counter() - started < startup_timeout:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"transformers serve exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1.0).status_code == 200:
+                    self.startup_seconds = time.perf_counter() - started
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"transformers serve not ready after {startup_timeout} s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def served_teacher(tmp_path):
+    pytest.importorskip("fastapi", reason="`transformers serve` needs transformers[serving] (the test extra)")
+    pytest.importorskip("uvicorn", reason="`transformers serve` needs transformers[serving] (the test extra)")
+    server = ServedTeacher(write_verdict_teacher(tmp_path / "verdict-teacher"))
+    yield server
+    server.stop()
+
+
+class StopServerAfterStep(TrainerCallback):
+    def __init__(self, server: ServedTeacher, step: int):
+        self.server, self.step = server, step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            self.server.stop()
+
+
+@pytest.mark.slow
+def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_teacher, tmp_path):
+    """Two steps judged over HTTP, the server stopped, two more steps: the run goes on, the groups fall back as
+    endpoint failures (a failed ``solve`` included), and the caches saved in the checkpoints load back."""
+    from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
+
+    driver = load_module(ROOT / "tests" / "multiproc" / "cliff_driver.py", "cliff_driver")
+    teacher = OpenAICompatibleTeacher(
+        served_teacher.base_url, served_teacher.folder, timeout=60.0, max_retries=1, backoff_base=0.01,
+        judge_max_tokens=8, solve_max_tokens=8,
+    )  # fmt: skip
+    output_dir = tmp_path / "run"
+    # 32 prompts, 3 per step, shuffled: every step brings new prompts, so steps 3-4 need the (dead) teacher.
+    trainer = driver.build_trainer(
+        str(output_dir), 12, steps=4, teacher=teacher, cliff_reference_filter=False,
+        save_strategy="steps", save_steps=1,
+    )  # fmt: skip
+    trainer.add_callback(StopServerAfterStep(served_teacher, step=2))
+    trainer.train()
+    trainer.close_teacher()
+
+    logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
+    assert len(logs) == 4 and trainer.state.global_step == 4
+    assert all("loss" in record for record in logs)
+    # Steps 1-2 (server up): per step 2 mixed groups, 2 solve requests, 4 wrong rollouts judged over HTTP.
+    for record in logs[:2]:
+        assert (record["cliff/groups_cliff"], record["cliff/groups_fallback_endpoint"]) == (2.0, 0.0)
+        assert (
+            record["cliff/solve_calls"],
+            record["cliff/judge_calls"],
+            record["cliff/teacher/requests"],
+        ) == (
+            2.0,
+            4.0,
+            6.0,
+        )
+        assert record["cliff/agreement"] == 1.0 and record["cliff/first_mistake_sentence"] == 1.0
+    # Steps 3-4 (server stopped): the reference solves fail to connect; both mixed groups fall back as endpoint
+    # failures (not as "unverified"), nothing is judged, training goes on.
+    for record in logs[2:]:
+        assert (record["cliff/groups_cliff"], record["cliff/groups_fallback_endpoint"]) == (0.0, 2.0)
+        assert record["cliff/groups_fallback_unverified"] == 0.0
+        assert record["cliff/solve_failures/connection_error"] == 2.0 and record["cliff/judge_calls"] == 0.0
+        assert record["cliff/teacher/failures/connection_error"] == 2.0
+    for step in (2, 3):  # fallen-back rows keep TRL's sequence-level advantage on every token
+        advantages = trainer.recorded[step]
+        for row in advantages:
+            values = row[row != 0]
+            assert torch.allclose(values, values[0].expand_as(values)) if values.numel() else True
+
+    # The caches in the last checkpoint are those of steps 1-2 (nothing was added after the server died) ...
+    saved = json.loads((output_dir / "checkpoint-4" / "cliff_state.json").read_text())
+    assert saved == json.loads((output_dir / "checkpoint-2" / "cliff_state.json").read_text())
+    assert len(saved["references"]) == 4 and set(saved["references"].values()) == {VERDICT}
+    assert len(saved["judgments"]) == 8
+    assert all(j == {"first_mistake": 1, "agreed": True, "judged": True} for j in saved["judgments"].values())
+    assert saved == trainer.cliff_judge.state_dict()
+    # ... and a run resumed from it (one more step, teacher still down) starts with exactly those caches.
+    dead_teacher = OpenAICompatibleTeacher(served_teacher.base_url, served_teacher.folder, max_retries=0)
+    resumed = driver.build_trainer(
+        str(output_dir), 12, steps=5, teacher=dead_teacher, cliff_reference_filter=False, save_strategy="no"
+    )
+    resumed.train(resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    resumed.close_teacher()
+    (step_5,) = [r for r in resumed.state.log_history if "cliff/groups_cliff" in r and r["step"] == 5]
+    assert step_5["cliff/groups_fallback_endpoint"] == 2.0
+    state = resumed.cliff_judge.state_dict()
+    assert (len(state["references"]), len(state["judgments"])) == (4, 8), (state, saved)
+    assert state == saved
