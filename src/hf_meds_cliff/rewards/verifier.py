@@ -407,7 +407,9 @@ class MathVerifyPool:
             return self._count_timeout(budget=bound < timeout)
         return result["status"]
 
-    def _verify_in_workers(self, requests: list[_Request], timeout: float, deadline: float | None) -> list[str]:
+    def _verify_in_workers(
+        self, requests: list[_Request], timeout: float, deadline: float | None
+    ) -> list[str]:
         results: list[str | None] = [None] * len(requests)
         pending = collections.deque(range(len(requests)))
         idle = collections.deque(range(min(self.num_workers, len(requests))))
@@ -586,7 +588,9 @@ def check_answers(
         gold_integer, predicted_integer = canonical_integer(gold), canonical_integer(prediction)
         if gold_integer is not None and predicted_integer is not None:  # exact: two plain integers
             equal = gold_integer == predicted_integer
-            checks[index] = AnswerCheck(correct=equal, extracted=extracted, status="correct" if equal else "wrong")
+            checks[index] = AnswerCheck(
+                correct=equal, extracted=extracted, status="correct" if equal else "wrong"
+            )
         elif prediction == gold:  # exact: the ground truth written out
             checks[index] = AnswerCheck(correct=True, extracted=extracted, status="correct")
         elif answer_refused(prediction, gold, max_answer_chars, max_answer_depth):
