@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import ROOT
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")

@@ -107,7 +107,7 @@ def _validate_settings(float_rounding: Any, strict: Any) -> None:
             f"math-verify's default is {DEFAULT_FLOAT_ROUNDING})."
         )
     if not isinstance(strict, bool):
-        raise ValueError(f"strict={strict!r} must be True or False (math-verify's default is True).")
+        raise TypeError(f"strict={strict!r} must be True or False (math-verify's default is True).")
 
 
 def math_verify_equal(
