@@ -275,7 +275,8 @@ class MathVerifyPool:
     Thread-safe (calls are serialised) and lazy: workers start on the first non-trivial answer,
     only as many as there are answers in flight, and are reused. Workers that time out or crash are
     killed and replaced. ``restarts``, ``timeouts`` (``budget_timeouts`` of them because the batch
-    budget ran out), ``fallbacks`` and ``cache_hits`` count events.
+    budget ran out), ``fallbacks`` and ``cache_hits`` (answers settled by an identical one, in the
+    same batch or remembered) count events.
 
     Args:
         num_workers: the most answers verified in parallel.
@@ -357,8 +358,8 @@ class MathVerifyPool:
                 if request in self._cache and request not in statuses:
                     self._cache.move_to_end(request)
                     statuses[request] = self._cache[request]
-            self.cache_hits += sum(request in statuses for request in requests)
             unique = list(dict.fromkeys(request for request in requests if request not in statuses))
+            self.cache_hits += len(requests) - len(unique)  # answers not sent to a worker
             if unique:
                 for request, status in zip(unique, self._verify_unique(unique, timeout, deadline)):
                     statuses[request] = status
