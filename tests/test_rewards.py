@@ -76,6 +76,10 @@ def test_normalize_answer_groups_surface_variants():
         ("\\boxed{+5}", "5", "correct"),
         ("\\boxed{\\text{(A)}}", "\\text{(A)}", "correct"),  # the ground truth written out
         ("\\boxed{ $x^2$ }", "x^2", "correct"),
+        ("\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", "correct"),  # typography only
+        ("\\boxed{\\left(1, 2\\right)}", "(1, 2)", "correct"),
+        ("\\boxed{12.50}", "12.5", "correct"),  # plain decimals of the same value
+        ("\\boxed{12}", "12.0", "correct"),
         ("no answer", "3", "no_boxed"),
     ],
 )

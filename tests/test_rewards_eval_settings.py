@@ -50,6 +50,8 @@ def _args(benchmark_file, output_dir, *flags: str) -> EvalArguments:
         "2",
         "--progress",
         "false",
+        "--verify_workers",
+        "1",
         *flags,
     ]
     (args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses(command)

@@ -22,6 +22,7 @@ from hf_meds_cliff.rewards import (
     extract_final_answer,
     extract_final_boxes,
     normalize_answer,
+    same_written_answer,
     strip_math_delimiters,
 )
 
@@ -64,6 +65,20 @@ ISSUE_11_FALSE_POSITIVES = [
 def test_issue_11_false_positives_are_wrong(pool, truth, completion):
     (check,) = check_answers([completion], [truth], pool=pool, timeout=30)
     assert check.status == "wrong" and check.correct is False
+
+
+@pytest.mark.parametrize(
+    ("prediction", "truth"),
+    [
+        ("32, 349", "32,349"),
+        ("2 3", "23"),
+        ("1.5", "1.50001"),
+        ("\\left.x\\right|", ".x|"),
+        ("0.5", "\\frac12"),
+    ],
+)
+def test_same_written_answer_never_merges_different_answers(prediction, truth):
+    assert not same_written_answer(prediction, truth)
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from .verifier import (
     check_answers,
     default_pool,
     math_verify_equal,
+    same_written_answer,
 )
 
 __all__ = [
@@ -52,5 +53,6 @@ __all__ = [
     "math_verify_equal",
     "nesting_depth",
     "normalize_answer",
+    "same_written_answer",
     "strip_math_delimiters",
 ]

@@ -7,7 +7,9 @@ What decides: math-verify, on the final answer (the last ``\\boxed{}`` and the b
 joins to it, see :mod:`hf_meds_cliff.rewards.extraction`) against the bare ground truth, each
 wrapped in ``\\boxed{}``. Two shortcuts decide without math-verify, and only where they are exact:
 two plain integers (sign and digits only: no separators, spaces or decimal point) are compared
-digit for digit, and an answer written exactly as the ground truth is correct. Everything else,
+digit for digit, and an answer written as the ground truth is correct (:func:`same_written_answer`:
+identical up to ``\\dfrac``/``\\frac`` and ``\\left``/``\\right``, or two plain decimals of the same
+value). Everything else,
 ``1,000``, ``32, 349``, ``2 3``, ``\\frac12``, goes to math-verify. A shortcut never says "correct"
 where math-verify would say "wrong": a reward that pays wrong answers gets exploited.
 
@@ -45,10 +47,12 @@ from __future__ import annotations
 
 import atexit
 import collections
+import decimal
 import json
 import logging
 import os
 import queue
+import re
 import select
 import subprocess
 import sys
@@ -512,6 +516,35 @@ def _ground_truth_text(ground_truth: Any) -> str:
     return ground_truth
 
 
+_PLAIN_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
+_DELIMITER_SIZING = re.compile(r"\\(?:left|right)(?=[()\[\]|]|\\[{}])")
+_FRACTION_VARIANTS = re.compile(r"\\[dtc]frac(?![A-Za-z])")
+
+
+def same_written_answer(prediction: str, ground_truth: str) -> bool:
+    """Whether two bare answers are the same answer *as written*, so equal without asking math-verify.
+
+    Exact only: the same string once ``\\dfrac``/``\\tfrac``/``\\cfrac`` are read as ``\\frac`` and
+    ``\\left``/``\\right`` before a delimiter are dropped (typography), or two plain decimals with the
+    same value (``12.50`` and ``12.5``). Spaces, separators and everything else stay significant: a
+    ``False`` here means "ask math-verify", never "wrong".
+
+    >>> same_written_answer("\\\\dfrac{1}{2}", "\\\\frac{1}{2}"), same_written_answer("12.50", "12.5")
+    (True, True)
+    >>> same_written_answer("\\\\left(1,2\\\\right)", "(1,2)"), same_written_answer("32, 349", "32,349")
+    (True, False)
+    """
+    if prediction == ground_truth:
+        return True
+    if _PLAIN_DECIMAL.fullmatch(prediction) and _PLAIN_DECIMAL.fullmatch(ground_truth):
+        return decimal.Decimal(prediction) == decimal.Decimal(ground_truth)
+
+    def typeset(answer: str) -> str:
+        return _DELIMITER_SIZING.sub("", _FRACTION_VARIANTS.sub("\\\\frac", answer))
+
+    return typeset(prediction) == typeset(ground_truth)
+
+
 def _positive_int(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer.")
@@ -592,7 +625,7 @@ def check_answers(
             checks[index] = AnswerCheck(
                 correct=equal, extracted=extracted, status="correct" if equal else "wrong"
             )
-        elif prediction == gold:  # exact: the ground truth written out
+        elif same_written_answer(prediction, gold):  # exact: the ground truth written out
             checks[index] = AnswerCheck(correct=True, extracted=extracted, status="correct")
         elif answer_refused(prediction, gold, max_answer_chars, max_answer_depth):
             checks[index] = AnswerCheck(correct=False, extracted=extracted, status="refused")
