@@ -72,16 +72,22 @@ def test_normalize_answer_groups_surface_variants():
         ("\\boxed{32}", "32", "correct"),  # integer fast path
         ("\\boxed{-4}", "-4", "correct"),
         ("\\boxed{31}", "32", "wrong"),
-        ("\\boxed{1,000}", "1000", "correct"),
-        ("\\boxed{\\text{(A)}}", "\\text{(A)}", "correct"),  # normalised strings equal
+        ("\\boxed{007}", "7", "correct"),  # leading zeros and sign: still a plain integer
+        ("\\boxed{+5}", "5", "correct"),
+        ("\\boxed{\\text{(A)}}", "\\text{(A)}", "correct"),  # the ground truth written out
+        ("\\boxed{ $x^2$ }", "x^2", "correct"),
+        ("\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", "correct"),  # typography only
+        ("\\boxed{\\left(1, 2\\right)}", "(1, 2)", "correct"),
+        ("\\boxed{12.50}", "12.5", "correct"),  # plain decimals of the same value
+        ("\\boxed{12}", "12.0", "correct"),
         ("no answer", "3", "no_boxed"),
     ],
 )
 def test_check_answer_without_math_verify_workers(completion, truth, status):
-    """These are settled by the fast paths: a pool with no worker must not be touched."""
+    """These are settled by the exact shortcuts: a pool with no worker must not be touched."""
 
     class NoPool:
-        def verify(self, pairs, timeout):
+        def verify(self, pairs, timeout, **settings):
             raise AssertionError(f"unexpected math-verify call for {pairs}")
 
     (check,) = check_answers([completion], [truth], pool=NoPool())
@@ -201,6 +207,7 @@ def test_math_answer_reward_counts_and_trl_hooks():
     assert values == [1.0, 0.0, 0.0, 0.0]
     assert metrics == {
         "math_answer/no_boxed_frac": 0.5,
+        "math_answer/refused_frac": 0.0,
         "math_answer/timeout_frac": 0.0,
         "math_answer/error_frac": 0.0,
     }

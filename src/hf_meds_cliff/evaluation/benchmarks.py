@@ -109,7 +109,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
             config_name="OE_TO_maths_en_COMP",
             id_column="id",
             answer_format="list",
-            size=675,
+            size=674,  # rows of the OE_TO_maths_en_COMP config (train split)
         ),
         BenchmarkSpec("minerva", "math-ai/minervamath", "test", "question", "answer", size=272),
         BenchmarkSpec(

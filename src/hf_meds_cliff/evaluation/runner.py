@@ -28,7 +28,7 @@ from typing import Any
 
 from ..checkpointing import read_json_file, write_atomically, write_json_atomically
 from ..data import PROMPT_TEMPLATES
-from ..rewards import DEFAULT_TIMEOUT_SECONDS, MathVerifyPool, check_answers
+from ..rewards import DEFAULT_FLOAT_ROUNDING, DEFAULT_TIMEOUT_SECONDS, MathVerifyPool, check_answers
 from .benchmarks import EvalProblem, known_benchmarks, load_benchmark, resolve_benchmark_name
 from .generation import BACKENDS, GenerationBackend, SamplingSettings, build_backend
 from .plots import plot_pass_at_k, write_csv
@@ -56,7 +56,11 @@ _SAMPLE_DEFINING_FIELDS = (
     "max_new_tokens",
     "prompt_template",
     "toy_seed",
+    "verify_float_rounding",  # scoring settings: the records' verdicts depend on them
+    "verify_strict",
 )
+_DEFAULTS_OF_LATER_FIELDS = {"verify_float_rounding": DEFAULT_FLOAT_ROUNDING, "verify_strict": True}
+"""Values of fields that an ``eval_config.json`` written before they existed did not record."""
 
 
 @dataclass
@@ -146,6 +150,19 @@ class EvalArguments:
         default=DEFAULT_TIMEOUT_SECONDS, metadata={"help": "Per-answer math-verify timeout in seconds."}
     )
     verify_workers: int = field(default=2, metadata={"help": "math-verify worker processes."})
+    verify_float_rounding: int = field(
+        default=DEFAULT_FLOAT_ROUNDING,
+        metadata={
+            "help": "math-verify's float_rounding: decimal places floats are rounded to before comparing."
+        },
+    )
+    verify_strict: bool = field(
+        default=True,
+        metadata={
+            "help": "math-verify's strict mode: variables matter (f(x) != f(y)) and sets are not tuples; "
+            "false matches variables by position."
+        },
+    )
     overwrite: bool = field(
         default=False, metadata={"help": "Discard earlier results in output_dir instead of resuming."}
     )
@@ -179,6 +196,13 @@ class EvalArguments:
         SamplingSettings(self.num_samples, self.temperature, self.top_p, self.max_new_tokens)  # validates
         if not self.verify_timeout > 0:
             raise ValueError(f"verify_timeout={self.verify_timeout} must be > 0 seconds.")
+        if isinstance(self.verify_float_rounding, bool) or not (
+            isinstance(self.verify_float_rounding, int) and self.verify_float_rounding >= 0
+        ):
+            raise ValueError(
+                f"verify_float_rounding={self.verify_float_rounding!r} must be a non-negative integer "
+                f"(decimal places; math-verify's default is {DEFAULT_FLOAT_ROUNDING})."
+            )
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}.")
         if self.model_name_or_path == TOY_MODEL:
@@ -255,9 +279,9 @@ def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
                 "current settings, or pass --overwrite."
             )
         mismatched = {
-            name: (previous.get(name), value)
+            name: (previous.get(name, _DEFAULTS_OF_LATER_FIELDS.get(name)), value)
             for name, value in current.items()
-            if previous.get(name) != value
+            if previous.get(name, _DEFAULTS_OF_LATER_FIELDS.get(name)) != value
         }
         if mismatched:
             details = ", ".join(f"{name}: {old!r} -> {new!r}" for name, (old, new) in mismatched.items())
@@ -276,11 +300,20 @@ def _rewrite_complete(path: Path, completed: dict[tuple[str, str], list[dict[str
 
 
 def _score(
-    problems: Sequence[EvalProblem], samples, pool: MathVerifyPool, timeout: float
+    problems: Sequence[EvalProblem], samples, pool: MathVerifyPool, args: EvalArguments
 ) -> list[list[dict[str, Any]]]:
     completions = [s.text for group in samples for s in group]
     truths = [p.answer for p, group in zip(problems, samples) for _ in group]
-    checks = iter(check_answers(completions, truths, timeout=timeout, pool=pool))
+    checks = iter(
+        check_answers(
+            completions,
+            truths,
+            timeout=args.verify_timeout,
+            pool=pool,
+            float_rounding=args.verify_float_rounding,
+            strict=args.verify_strict,
+        )
+    )
     scored = []
     for problem, group in zip(problems, samples):
         records = []
@@ -385,7 +418,7 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
                                 f"Backend {backend.name} returned {len(group)} samples for {problem.problem_id}, "
                                 f"expected {args.num_samples}."
                             )
-                    for records in _score(chunk, samples, pool, args.verify_timeout):
+                    for records in _score(chunk, samples, pool, args):
                         for record in records:
                             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                         completed[(records[0]["benchmark"], records[0]["problem_id"])] = records

@@ -6,31 +6,53 @@ soft overlong penalty, as picklable TRL reward functions.
 True
 """
 
-from .extraction import canonical_integer, extract_boxed_answer, normalize_answer
+from .extraction import (
+    canonical_integer,
+    extract_boxed_answer,
+    extract_final_answer,
+    extract_final_boxes,
+    nesting_depth,
+    normalize_answer,
+    strip_math_delimiters,
+)
 from .functions import MathAnswerReward, OverlongPenaltyReward
 from .verifier import (
+    DEFAULT_FLOAT_ROUNDING,
+    DEFAULT_MAX_ANSWER_CHARS,
+    DEFAULT_MAX_ANSWER_DEPTH,
     DEFAULT_TIMEOUT_SECONDS,
     STATUSES,
     AnswerCheck,
     MathVerifyPool,
+    answer_refused,
     check_answer,
     check_answers,
     default_pool,
     math_verify_equal,
+    same_written_answer,
 )
 
 __all__ = [
+    "DEFAULT_FLOAT_ROUNDING",
+    "DEFAULT_MAX_ANSWER_CHARS",
+    "DEFAULT_MAX_ANSWER_DEPTH",
     "DEFAULT_TIMEOUT_SECONDS",
     "STATUSES",
     "AnswerCheck",
     "MathAnswerReward",
     "MathVerifyPool",
     "OverlongPenaltyReward",
+    "answer_refused",
     "canonical_integer",
     "check_answer",
     "check_answers",
     "default_pool",
     "extract_boxed_answer",
+    "extract_final_answer",
+    "extract_final_boxes",
     "math_verify_equal",
+    "nesting_depth",
     "normalize_answer",
+    "same_written_answer",
+    "strip_math_delimiters",
 ]

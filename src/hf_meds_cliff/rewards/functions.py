@@ -6,24 +6,46 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .verifier import DEFAULT_TIMEOUT_SECONDS, STATUSES, check_answers
+from .verifier import (
+    DEFAULT_FLOAT_ROUNDING,
+    DEFAULT_MAX_ANSWER_CHARS,
+    DEFAULT_MAX_ANSWER_DEPTH,
+    DEFAULT_TIMEOUT_SECONDS,
+    STATUSES,
+    _positive_int,
+    _validate_settings,
+    check_answers,
+)
+
+DEFAULT_BATCH_TIMEOUT_SECONDS = 120.0
+""":class:`MathAnswerReward`'s default bound on the math-verify work of one batch of completions."""
 
 
 class MathAnswerReward:
-    """1.0 when the last ``\\boxed{}`` of a completion equals the ground truth, else 0.0.
+    """1.0 when the boxed final answer of a completion equals the ground truth, else 0.0.
 
     A picklable TRL reward function (``reward_funcs=[MathAnswerReward()]``) built on
     :func:`~hf_meds_cliff.rewards.check_answer`, the project's single correctness function. It
     reads the ground truth from the dataset column ``answer_column`` (TRL passes every dataset
-    column as a keyword argument). Completions without a boxed answer, verification timeouts and
-    errors score 0.0 and are counted: cumulatively in :attr:`counts`, and per batch as the fractions
-    ``math_answer/no_boxed_frac``, ``math_answer/timeout_frac`` and ``math_answer/error_frac``
-    through TRL's ``log_metric`` hook, plus the extracted answer and status of each completion in
-    the completions table through ``log_extra`` (both hooks are passed by ``GRPOTrainer`` 1.16).
+    column as a keyword argument). Completions without a boxed answer, answers refused by the
+    length/nesting cap, verification timeouts (per answer, or past the batch budget) and errors
+    score 0.0 and are counted: cumulatively in :attr:`counts`, and per batch as the fractions
+    ``math_answer/no_boxed_frac``, ``math_answer/refused_frac``, ``math_answer/timeout_frac`` and
+    ``math_answer/error_frac`` through TRL's ``log_metric`` hook, plus the extracted answer and
+    status of each completion in the completions table through ``log_extra`` (both hooks are passed
+    by ``GRPOTrainer`` 1.16).
 
     Args:
         answer_column: the dataset column holding the reference answer.
         timeout_seconds: per-answer bound on math-verify.
+        batch_timeout_seconds: bound on the math-verify work of one call (one generation batch); the
+            answers not verified by then score 0.0 as timeouts. ``None``: no bound.
+        float_rounding: math-verify's ``float_rounding`` (decimal places floats are rounded to; its
+            default 6).
+        strict: math-verify's strict mode (its default True): variables matter and sets are not
+            tuples; ``False`` matches variables by position.
+        max_answer_chars: answers longer than this (or than the ground truth) are refused unparsed.
+        max_answer_depth: answers nested deeper than this (or than the ground truth) are refused.
 
     >>> reward = MathAnswerReward()
     >>> reward(["... = 12. The answer is \\\\boxed{12}.", "\\\\boxed{11}", "no idea"], answer=["12", "12", "12"])
@@ -35,13 +57,36 @@ class MathAnswerReward:
     [1.0]
     """
 
-    def __init__(self, answer_column: str = "answer", timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS):
+    def __init__(
+        self,
+        answer_column: str = "answer",
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        *,
+        batch_timeout_seconds: float | None = DEFAULT_BATCH_TIMEOUT_SECONDS,
+        float_rounding: int = DEFAULT_FLOAT_ROUNDING,
+        strict: bool = True,
+        max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
+        max_answer_depth: int = DEFAULT_MAX_ANSWER_DEPTH,
+    ):
         if not isinstance(answer_column, str) or not answer_column:
             raise ValueError(f"answer_column={answer_column!r} must name a dataset column, e.g. 'answer'.")
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds={timeout_seconds!r} must be a positive number of seconds.")
+        if batch_timeout_seconds is not None and not batch_timeout_seconds > 0:
+            raise ValueError(
+                f"batch_timeout_seconds={batch_timeout_seconds!r} must be a positive number of seconds, "
+                "or None for no bound."
+            )
+        _validate_settings(float_rounding, strict)
+        _positive_int("max_answer_chars", max_answer_chars)
+        _positive_int("max_answer_depth", max_answer_depth)
         self.answer_column = answer_column
         self.timeout_seconds = float(timeout_seconds)
+        self.batch_timeout_seconds = None if batch_timeout_seconds is None else float(batch_timeout_seconds)
+        self.float_rounding = float_rounding
+        self.strict = strict
+        self.max_answer_chars = max_answer_chars
+        self.max_answer_depth = max_answer_depth
         self.counts: collections.Counter[str] = collections.Counter({status: 0 for status in STATUSES})
         self.__name__ = "math_answer"  # TRL names the reward column (and `rewards/<name>/mean`) after it
 
@@ -63,11 +108,20 @@ class MathAnswerReward:
                 f"MathAnswerReward needs the dataset column {self.answer_column!r}, but the call only has "
                 f"{available}. Add that column to the dataset or pass MathAnswerReward(answer_column=...)."
             )
-        checks = check_answers(completions, ground_truths, timeout=self.timeout_seconds)
+        checks = check_answers(
+            completions,
+            ground_truths,
+            timeout=self.timeout_seconds,
+            batch_timeout=self.batch_timeout_seconds,
+            float_rounding=self.float_rounding,
+            strict=self.strict,
+            max_answer_chars=self.max_answer_chars,
+            max_answer_depth=self.max_answer_depth,
+        )
         statuses = [check.status for check in checks]
         self.counts.update(statuses)
         if log_metric is not None and checks:
-            for status in ("no_boxed", "timeout", "error"):
+            for status in ("no_boxed", "refused", "timeout", "error"):
                 log_metric(f"math_answer/{status}_frac", statuses.count(status) / len(checks))
         if log_extra is not None:
             log_extra("extracted_answer", [check.extracted for check in checks])
@@ -76,7 +130,10 @@ class MathAnswerReward:
 
     def __repr__(self) -> str:
         return (
-            f"MathAnswerReward(answer_column={self.answer_column!r}, timeout_seconds={self.timeout_seconds})"
+            f"MathAnswerReward(answer_column={self.answer_column!r}, timeout_seconds={self.timeout_seconds}, "
+            f"batch_timeout_seconds={self.batch_timeout_seconds}, float_rounding={self.float_rounding}, "
+            f"strict={self.strict}, max_answer_chars={self.max_answer_chars}, "
+            f"max_answer_depth={self.max_answer_depth})"
         )
 
 
