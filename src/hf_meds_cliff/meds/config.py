@@ -46,6 +46,9 @@ class MEDSConfig(DAPOConfig):
             `1.0`): Which reward function decides correctness, and the value from which a rollout counts as correct.
         meds_save_memory (`bool`, defaults to `True`): Save the error memory with every checkpoint and restore it on
             resume.
+        meds_store_snippets (`bool`, defaults to `True`), meds_snippet_max_chars (`int`, defaults to `256`): Keep, per
+            stored memory row, the answer region of its completion (at most this many characters) with its step and
+            sample, so reports can show what a cluster's completions said; saved with the memory.
     """
 
     meds_alpha: float = field(
@@ -144,8 +147,26 @@ class MEDSConfig(DAPOConfig):
         },
     )
 
+    meds_store_snippets: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep, per stored memory row, a bounded snippet of its completion (the answer region, with its "
+            "step and sample) for `hf-meds-cliff report`; saved with the memory. Costs about "
+            "meds_snippet_max_chars bytes per row."
+        },
+    )
+    meds_snippet_max_chars: int = field(
+        default=256,
+        metadata={"help": "Length cap of a stored snippet, in characters (its end is the last \\boxed{...})."},
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        if self.meds_snippet_max_chars < 1:
+            raise ValueError(
+                f"meds_snippet_max_chars={self.meds_snippet_max_chars} must be >= 1; turn snippets off with "
+                "meds_store_snippets=False instead."
+            )
         for name in ("meds_alpha", "meds_beta"):
             value = getattr(self, name)
             if not value >= 0:

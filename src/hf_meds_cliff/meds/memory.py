@@ -58,8 +58,12 @@ exactly the stored rows and the next step's cluster sizes count only rows still 
 
 Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
 spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
-keys in a typed JSON encoding, counters). :meth:`ErrorMemory.load` restores a memory whose
-:meth:`~ErrorMemory.fingerprint` and future assignments equal the original's.
+keys in a typed JSON encoding, counters) and, when rows carry them, ``meds_snippets.jsonl`` (one line per
+stored row: its id, the training step and sample it came from, and a bounded snippet of the completion's
+answer region, :class:`RowSnippet`), so a person can read what the completions of a cluster said.
+:meth:`ErrorMemory.load` restores a memory whose :meth:`~ErrorMemory.fingerprint` and future assignments
+equal the original's, with its snippets. Snippets never influence assignments and are not part of the
+fingerprint.
 
 >>> import numpy as np
 >>> memory = ErrorMemory()
@@ -81,7 +85,8 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +99,7 @@ NOISE_LABEL = -1
 NOISE_POLICIES = ("cluster", "ignore")
 MEMORY_NPZ_NAME = "meds_memory.npz"
 MEMORY_JSON_NAME = "meds_memory.json"
+MEMORY_SNIPPETS_NAME = "meds_snippets.jsonl"
 _FORMAT_VERSION = 1
 
 
@@ -427,17 +433,60 @@ def _write_atomically(path: Path, write) -> None:
         raise
 
 
-class _KeyMemory:
-    """Stored rows of one key: features (n, d), row ids (n,), labels (n,) and the MST of the last
-    fit ((n - 1, 3), or None when it must be rebuilt densely)."""
+@dataclass(frozen=True)
+class RowSnippet:
+    """What a stored row's completion said, for people looking at a cluster (not used by the algorithm).
 
-    __slots__ = ("features", "labels", "row_ids", "spanning_tree")
+    Attributes:
+        text: a bounded piece of the completion, its answer region (see :func:`answer_region`).
+        step: the training step whose generation produced the completion (as in the logs, 1-based).
+        sample: the completion's index in that step's gathered batch (group = ``sample // num_generations``).
+    """
+
+    text: str
+    step: int
+    sample: int
+
+
+def answer_region(text: str, max_chars: int) -> str:
+    r"""At most ``max_chars`` characters of ``text`` ending where its last ``\boxed{...}`` closes.
+
+    The answer and the reasoning just before it are what an error cluster has in common. Without a box the
+    end of the text is kept. A cut is marked with a leading ``…`` (counted in ``max_chars``).
+
+    >>> answer_region("7 + 5 = 12. 12 * 3 = 36. The answer is \\boxed{36}. Done.", 30)
+    '… 36. The answer is \\boxed{36}'
+    >>> answer_region("2 + 2 = 4.", 30)
+    '2 + 2 = 4.'
+    """
+    from ..rewards.extraction import _COMMAND_PATTERN, _matching_brace
+
+    if max_chars < 1:
+        raise ValueError(f"max_chars={max_chars} must be >= 1.")
+    end = len(text)
+    commands = list(_COMMAND_PATTERN.finditer(text))
+    if commands:
+        brace = text.find("{", commands[-1].end())
+        close = _matching_brace(text, brace) if brace == commands[-1].end() else None
+        if close is not None:
+            end = close + 1
+    if end <= max_chars:
+        return text[:end]
+    return "…" + text[end - max_chars + 1 : end]
+
+
+class _KeyMemory:
+    """Stored rows of one key: features (n, d), row ids (n,), labels (n,), the MST of the last
+    fit ((n - 1, 3), or None when it must be rebuilt densely) and the rows' snippets (n, or None each)."""
+
+    __slots__ = ("features", "labels", "row_ids", "snippets", "spanning_tree")
 
     def __init__(self, dim: int):
         self.features = np.zeros((0, dim), dtype=np.float64)
         self.row_ids = np.zeros(0, dtype=np.int64)
         self.labels = np.zeros(0, dtype=np.int64)
         self.spanning_tree: np.ndarray | None = np.zeros((0, 3), dtype=np.float64)
+        self.snippets: list[RowSnippet | None] = []
 
     @property
     def num_rows(self) -> int:
@@ -536,6 +585,10 @@ class ErrorMemory:
         """Labels (n,) of the last fit of ``key`` (-1 = noise), aligned with :meth:`stored_features`."""
         return self._entry(key).labels.copy()
 
+    def stored_snippets(self, key: Hashable) -> list[RowSnippet | None]:
+        """Snippets of the stored rows of ``key`` (None where none was given), aligned with :meth:`stored_labels`."""
+        return list(self._entry(key).snippets)
+
     def _entry(self, key: Hashable) -> _KeyMemory:
         canonical = _canonical_key(key)
         if canonical not in self._entries:
@@ -556,13 +609,17 @@ class ErrorMemory:
 
     # ---------------------------------------------------------------- the step
 
-    def assign_and_update(self, keys: Iterable[Hashable], features: Any) -> np.ndarray:
+    def assign_and_update(
+        self, keys: Iterable[Hashable], features: Any, snippets: Sequence[RowSnippet | None] | None = None
+    ) -> np.ndarray:
         """Cluster sizes of the new rows under the previous fit, then append and refit.
 
         Args:
             keys: n hashables (str, int, bool or tuples of them), one per row.
             features: (n, d) floats (numpy array or CPU/GPU tensor), L2-normalised here; ``d``
                 must stay the same for the life of the memory.
+            snippets: optional, n :class:`RowSnippet` (or None) stored beside the rows for inspection
+                (:meth:`stored_snippets`, checkpoints); they do not influence any assignment.
 
         Returns:
             (n,) int64: per row, the number of stored rows (before this call) carrying the label its
@@ -582,6 +639,21 @@ class ErrorMemory:
                 f"the feature options (layers, differences) fixed for a run or start a new ErrorMemory."
             )
         num_rows = matrix.shape[0]
+        if snippets is None:
+            snippets = [None] * num_rows
+        else:
+            snippets = list(snippets)
+            if len(snippets) != num_rows:
+                raise ValueError(
+                    f"snippets has {len(snippets)} entries but features has {num_rows} rows; pass one snippet "
+                    f"(or None) per row, or no snippets."
+                )
+            for snippet in snippets:
+                if snippet is not None and not isinstance(snippet, RowSnippet):
+                    raise TypeError(
+                        f"snippets must be RowSnippet or None, got {type(snippet).__name__}; build them with "
+                        f"RowSnippet(text=..., step=..., sample=...)."
+                    )
         cluster_sizes = np.zeros(num_rows, dtype=np.int64)
         if num_rows == 0:
             self._last_stats = self._stats(0, {}, cluster_sizes, 0, 0, 0, 0, 0.0, 0.0)
@@ -629,7 +701,9 @@ class ErrorMemory:
         next_row_id = self._next_row_id
         evicted_rows = 0
         for key, rows in rows_by_key.items():
-            refitted[key], evicted = self._refit(self._entries.get(key), points[rows], next_row_id)
+            refitted[key], evicted = self._refit(
+                self._entries.get(key), points[rows], next_row_id, [snippets[row] for row in rows]
+            )
             next_row_id += rows.shape[0]
             evicted_rows += evicted
         new_keys = sum(key not in self._entries for key in refitted)
@@ -652,7 +726,11 @@ class ErrorMemory:
         return cluster_sizes
 
     def _refit(
-        self, entry: _KeyMemory | None, new_points: np.ndarray, first_row_id: int
+        self,
+        entry: _KeyMemory | None,
+        new_points: np.ndarray,
+        first_row_id: int,
+        new_snippets: list[RowSnippet | None],
     ) -> tuple[_KeyMemory, int]:
         """One key's state after appending ``new_points`` (m, d), evicting the oldest rows beyond
         the cap and refitting; ``entry`` is not modified. Returns (new state, rows evicted)."""
@@ -664,11 +742,13 @@ class ErrorMemory:
         refitted.row_ids = np.concatenate(
             [old.row_ids, np.arange(first_row_id, first_row_id + num_new, dtype=np.int64)]
         )
+        refitted.snippets = [*old.snippets, *new_snippets]
         evicted = 0
         if self.max_rows_per_key is not None and refitted.num_rows > self.max_rows_per_key:
             evicted = refitted.num_rows - self.max_rows_per_key
             refitted.features = np.ascontiguousarray(refitted.features[evicted:])
             refitted.row_ids = refitted.row_ids[evicted:]
+            refitted.snippets = refitted.snippets[evicted:]
         points = refitted.features
         if self.min_samples > 1:
             tree = _dense_spanning_tree(points, _core_distances(points, self.min_samples))
@@ -783,7 +863,19 @@ class ErrorMemory:
             "num_updates": self._num_updates,
             "keys": [_encode_key(key) for key in self._entries],
         }
+        snippet_lines = [
+            json.dumps({"row_id": int(row_id), **asdict(snippet)}, ensure_ascii=False) + "\n"
+            for entry in entries
+            for row_id, snippet in zip(entry.row_ids, entry.snippets)
+            if snippet is not None
+        ]
+        header["snippets"] = bool(snippet_lines)
         _write_atomically(directory / MEMORY_NPZ_NAME, lambda handle: np.savez(handle, **arrays))
+        snippets_path = directory / MEMORY_SNIPPETS_NAME
+        if snippet_lines:
+            _write_atomically(snippets_path, lambda handle: handle.write("".join(snippet_lines).encode()))
+        else:
+            snippets_path.unlink(missing_ok=True)  # a stale file from an earlier save must not be read back
         _write_atomically(
             directory / MEMORY_JSON_NAME, lambda handle: handle.write(json.dumps(header, indent=1).encode())
         )
@@ -814,6 +906,21 @@ class ErrorMemory:
         row_offsets, tree_offsets = data["row_offsets"], data["tree_offsets"]
         if row_offsets.shape[0] != len(keys) + 1 or tree_offsets.shape[0] != len(keys) + 1:
             raise ValueError(f"{npz_path} does not match the {len(keys)} keys of {json_path}; corrupt.")
+        snippets_by_row: dict[int, RowSnippet] = {}
+        snippets_path = directory / MEMORY_SNIPPETS_NAME
+        if header.get("snippets") and snippets_path.is_file():
+            with snippets_path.open(encoding="utf-8") as handle:
+                for line_number, line in enumerate(handle, start=1):
+                    try:
+                        record = json.loads(line)
+                        snippets_by_row[int(record["row_id"])] = RowSnippet(
+                            text=str(record["text"]), step=int(record["step"]), sample=int(record["sample"])
+                        )
+                    except (ValueError, KeyError, TypeError) as error:
+                        raise ValueError(
+                            f"{snippets_path} line {line_number} is not a snippet record ({error}); the file is "
+                            f"corrupt: delete it to load the memory without snippets."
+                        ) from error
         memory._dim = header["dim"]
         memory._next_row_id = int(header["next_row_id"])
         memory._num_updates = int(header["num_updates"])
@@ -823,6 +930,7 @@ class ErrorMemory:
             entry.features = np.ascontiguousarray(data["features"][rows], dtype=np.float64)
             entry.labels = data["labels"][rows].astype(np.int64)
             entry.row_ids = data["row_ids"][rows].astype(np.int64)
+            entry.snippets = [snippets_by_row.get(int(row_id)) for row_id in entry.row_ids]
             if data["has_tree"][index]:
                 tree_rows = slice(tree_offsets[index], tree_offsets[index + 1])
                 entry.spanning_tree = np.ascontiguousarray(data["spanning_trees"][tree_rows])

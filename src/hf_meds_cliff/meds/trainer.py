@@ -27,7 +27,7 @@ from .features import (
     resolve_decoder,
     select_layers,
 )
-from .memory import ErrorMemory
+from .memory import ErrorMemory, RowSnippet, answer_region
 from .shaping import shape_rewards, top1_eigen_ratio
 
 logger = logging.getLogger(__name__)
@@ -251,6 +251,13 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             )
         return features, has_feature, "forward"
 
+    def _meds_snippet_texts(self, completion_ids_list) -> list[str] | None:
+        """Answer regions of the gathered batch's completions (``meds_store_snippets``), else None."""
+        if not self.args.meds_store_snippets:
+            return None
+        texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
+        return gather_object([answer_region(text, self.args.meds_snippet_max_chars) for text in texts])
+
     def _meds_prompt_keys(self, inputs: list[dict[str, Any]], prompts: list) -> list[str]:
         column = self.args.meds_prompt_id_column
         if column is not None and inputs and all(column in example for example in inputs):
@@ -286,6 +293,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         features = gather(features_local.to(device)).float().cpu()
         has_feature = gather(has_local.to(device)).bool().cpu()
         keys = gather_object(keys_local)
+        snippet_texts = self._meds_snippet_texts(completion_ids_list)
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
         scored = has_feature & ~torch.isnan(correctness_reward)
         is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
@@ -298,7 +306,11 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             memory_keys = [(keys[i], bool(is_correct[i])) for i in rows]
             torch_threads = torch.get_num_threads()
             try:
-                sizes = self.meds_memory.assign_and_update(memory_keys, features[rows].numpy())
+                snippets = None
+                if snippet_texts is not None:
+                    step = self.state.global_step + 1  # the step these completions train, as it is logged
+                    snippets = [RowSnippet(snippet_texts[i], step=step, sample=int(i)) for i in rows]
+                sizes = self.meds_memory.assign_and_update(memory_keys, features[rows].numpy(), snippets)
             finally:
                 # The first numba-parallel fit initialises the OpenMP runtime torch shares and resets its
                 # thread count (measured: 1 -> 2 on a 2-core box); keep the user's setting for training.
