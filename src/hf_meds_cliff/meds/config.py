@@ -157,7 +157,9 @@ class MEDSConfig(DAPOConfig):
     )
     meds_snippet_max_chars: int = field(
         default=256,
-        metadata={"help": "Length cap of a stored snippet, in characters (its end is the last \\boxed{...})."},
+        metadata={
+            "help": "Length cap of a stored snippet, in characters (its end is the last \\boxed{...})."
+        },
     )
 
     def __post_init__(self):
