@@ -187,6 +187,9 @@ def test_snippets_follow_their_rows_through_eviction_and_checkpoints(tmp_path):
     without_snippets.assign_and_update(["q", "q", "q"], np.array([unit(2), unit(3), unit(4)]))
     assert without_snippets.fingerprint() == memory.fingerprint()  # snippets never change assignments
 
+    memory.set_note("q", "Compute 1 + 2.")
+    with pytest.raises(KeyError, match="'nope' is not in the memory"):
+        memory.set_note("nope", "x")
     memory.save(tmp_path)
     lines = (tmp_path / MEMORY_SNIPPETS_NAME).read_text(encoding="utf-8").splitlines()
     assert len(lines) == 4 and json.loads(lines[0]) == {
@@ -196,6 +199,7 @@ def test_snippets_follow_their_rows_through_eviction_and_checkpoints(tmp_path):
     assert restored.state_equal(memory)
     for key in ("q", "r"):
         assert restored.stored_snippets(key) == memory.stored_snippets(key)
+    assert (restored.note("q"), restored.note("r")) == ("Compute 1 + 2.", None)
 
     # Saving a memory without snippets into the same folder removes the stale file.
     without_snippets.save(tmp_path)

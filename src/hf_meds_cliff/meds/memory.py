@@ -58,7 +58,7 @@ exactly the stored rows and the next step's cluster sizes count only rows still 
 
 Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
 spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
-keys in a typed JSON encoding, counters) and, when rows carry them, ``meds_snippets.jsonl`` (one line per
+keys in a typed JSON encoding, counters, optional per-key notes such as the problem text) and, when rows carry them, ``meds_snippets.jsonl`` (one line per
 stored row: its id, the training step and sample it came from, and a bounded snippet of the completion's
 answer region, :class:`RowSnippet`), so a person can read what the completions of a cluster said.
 :meth:`ErrorMemory.load` restores a memory whose :meth:`~ErrorMemory.fingerprint` and future assignments
@@ -530,6 +530,7 @@ class ErrorMemory:
             None if max_rows_per_key is None else _check_int("max_rows_per_key", max_rows_per_key, 1)
         )
         self._entries: dict[Hashable, _KeyMemory] = {}
+        self._notes: dict[Hashable, str] = {}
         self._dim: int | None = None
         self._next_row_id = 0
         self._num_updates = 0
@@ -584,6 +585,17 @@ class ErrorMemory:
     def stored_labels(self, key: Hashable) -> np.ndarray:
         """Labels (n,) of the last fit of ``key`` (-1 = noise), aligned with :meth:`stored_features`."""
         return self._entry(key).labels.copy()
+
+    def note(self, key: Hashable) -> str | None:
+        """The text attached to ``key`` with :meth:`set_note` (e.g. the problem of a prompt), or None."""
+        return self._notes.get(_canonical_key(key))
+
+    def set_note(self, key: Hashable, text: str) -> None:
+        """Attach a human-readable ``text`` to a stored ``key`` (saved with the memory; never used to cluster)."""
+        if not isinstance(text, str):
+            raise TypeError(f"A note must be a str, got {type(text).__name__}.")
+        self._entry(key)  # raises KeyError for an unknown key
+        self._notes[_canonical_key(key)] = text
 
     def stored_snippets(self, key: Hashable) -> list[RowSnippet | None]:
         """Snippets of the stored rows of ``key`` (None where none was given), aligned with :meth:`stored_labels`."""
@@ -862,6 +874,7 @@ class ErrorMemory:
             "next_row_id": self._next_row_id,
             "num_updates": self._num_updates,
             "keys": [_encode_key(key) for key in self._entries],
+            "notes": [self._notes.get(key) for key in self._entries],
         }
         snippet_lines = [
             json.dumps({"row_id": int(row_id), **asdict(snippet)}, ensure_ascii=False) + "\n"
@@ -937,4 +950,6 @@ class ErrorMemory:
             else:
                 entry.spanning_tree = None
             memory._entries[key] = entry
+        notes = header.get("notes") or [None] * len(keys)
+        memory._notes = {key: str(note) for key, note in zip(keys, notes) if note is not None}
         return memory

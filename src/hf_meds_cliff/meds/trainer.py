@@ -14,6 +14,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
+from ..cliff.protocol import problem_text
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -258,6 +259,18 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         return gather_object([answer_region(text, self.args.meds_snippet_max_chars) for text in texts])
 
+    def _meds_note_problems(self, keys_local, prompts, is_correct, scored) -> None:
+        """Attach the problem text to memory keys that have none yet (for reports; every rank does the same)."""
+        offset = self.accelerator.process_index * len(prompts)
+        missing: dict[tuple[str, bool], str] = {}
+        for j, (key, prompt) in enumerate(zip(keys_local, prompts)):
+            memory_key = (key, bool(is_correct[offset + j]))
+            if scored[offset + j] and memory_key not in missing and self.meds_memory.note(memory_key) is None:
+                text = problem_text(prompt)
+                missing[memory_key] = text if len(text) <= 1000 else text[:1000] + "…"
+        for memory_key, text in gather_object(list(missing.items())):
+            self.meds_memory.set_note(tuple(memory_key), text)
+
     def _meds_prompt_keys(self, inputs: list[dict[str, Any]], prompts: list) -> list[str]:
         column = self.args.meds_prompt_id_column
         if column is not None and inputs and all(column in example for example in inputs):
@@ -317,6 +330,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 torch.set_num_threads(torch_threads)
             sizes = np.asarray(sizes, dtype=np.int64)
             cluster_sizes[rows] = sizes
+            if snippet_texts is not None:
+                self._meds_note_problems(keys_local, prompts, is_correct, scored.numpy())
             rewards = correctness_reward[rows].numpy().astype(np.float64)
             shaped = np.asarray(
                 shape_rewards(
