@@ -203,8 +203,9 @@ def test_reports_of_short_toy_runs(toy_policy_path, tmp_path):
     from hf_meds_cliff.scripts import train_cliff
 
     meds_dir, cliff_dir = tmp_path / "meds", tmp_path / "cliff"
+    # No --model_name_or_path: the toy recipe's `toy` model, the cached policy the fixture made sure exists.
     small = [
-        "--model_name_or_path", str(toy_policy_path), "--max_steps", "3", "--toy_train_size", "8",
+        "--max_steps", "3", "--toy_train_size", "8",
         "--per_device_train_batch_size", "32", "--gradient_checkpointing", "false",
     ]  # fmt: skip
     assert cli.main(["meds", *small, "--output_dir", str(meds_dir)]) == 0  # through accelerate launch
