@@ -357,12 +357,27 @@ def test_judge_details_say_how_each_wrong_rollout_was_decided(judge_factory):
     outcome = judge.process_step(rows)
     assert outcome.references == {f"key-{PROBLEM}": RIGHT}
     assert outcome.judge_details == {
-        1: {"source": "judged", "raw": ['{"first_mistake": 1}'], "statuses": ["ok"], "votes": [1]},
-        2: {"source": "judged", "raw": [""], "statuses": ["ok"], "votes": [None]},  # a disagreement
+        1: {
+            "source": "judged",
+            "raw": ['{"first_mistake": 1}'],
+            "statuses": ["ok"],
+            "votes": [1],
+            "agreed": True,
+        },
+        2: {
+            "source": "judged",
+            "raw": [""],
+            "statuses": ["ok"],
+            "votes": [None],
+            "agreed": False,
+        },  # disagreement
         3: {"source": "truncated"},
     }
     again = judge.process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])]))
-    assert again.judge_details == {1: {"source": "cached"}} and again.first_mistake == [None, 1]
+    assert again.judge_details == {1: {"source": "cached", "agreed": True}} and again.first_mistake == [
+        None,
+        1,
+    ]
     unverified = judge_factory(ScriptedTeacher({})).process_step(
         make_rows([("other", "9", [RIGHT, WRONG_AT_1])])
     )

@@ -179,7 +179,9 @@ class StepOutcome:
         values: per-row or per-rollout samples of step statistics whose mean is logged (e.g. agreement).
         judge_details: for people inspecting a run, per incorrect row of a group that needed a teacher: ``source``
             (``"judged"``, ``"cached"``, ``"truncated"`` or ``"unverified"``: no verified reference), and for judged
-            rows the teacher's answers ``raw``, their ``statuses`` and ``votes`` (one per self-consistency call).
+            rows the teacher's answers ``raw``, their ``statuses`` and ``votes`` (one per self-consistency call);
+            judged and cached rows of Cliff groups also get ``agreed`` (True: the teacher located a mistake, False:
+            it found none, a disagreement with the verifier; None: no usable answer).
         references: the reference solution used per prompt key this step (None = not verified).
     """
 
@@ -538,6 +540,8 @@ class CliffJudge:
             group = rows.group_ids[i]
             if modes[group] != GROUP_CLIFF:
                 continue
+            if i in details:
+                details[i]["agreed"] = decision["agreed"]
             if decision["agreed"] is True:
                 counters["agreements"] += 1
             elif decision["agreed"] is False:

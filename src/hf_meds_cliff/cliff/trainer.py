@@ -247,8 +247,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
         Each line: step, sample (row of the gathered batch), prompt key, problem, ground truth, completion, its
         sentence spans (character offsets, as the teacher saw them), group mode, first mistake (None = plain GRPO),
-        how it was decided (``source``: judged / cached / truncated / unverified) with the teacher's raw answers,
-        and the reference. Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are dropped). After a
+        how it was decided (``source``: judged / cached / truncated / unverified; ``agreed``: the teacher located a
+        mistake / found none / gave no usable answer) with the teacher's raw answers, and the reference. Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are dropped). After a
         resume, steps logged twice keep their last line (readers dedupe by step and sample).
         """
         cap = self.args.cliff_log_max_chars
@@ -275,6 +275,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                     "group_mode": outcome.group_modes[i],
                     "first_mistake": outcome.first_mistake[i],
                     "source": detail["source"],
+                    "agreed": detail.get("agreed"),
                     "teacher_raw": [cut(raw) for raw in detail.get("raw", [])],
                     "teacher_statuses": detail.get("statuses", []),
                     "teacher_votes": detail.get("votes", []),
