@@ -106,3 +106,16 @@ def test_scripts_are_thin_wrappers_of_the_package():
         script = load_script(name)
         assert script.main is module.main and script.parse_args is module.parse_args, name
     assert load_script("train_cliff").apply_teacher_arguments is train_cliff.apply_teacher_arguments
+
+
+def test_model_cards_of_cli_runs_show_the_cli_command():
+    from hf_meds_cliff.model_card import reproduce_command
+    from hf_meds_cliff.scripts import train_meds
+
+    assert (
+        reproduce_command([train_meds.__file__, "--output_dir", "a b"])
+        == "hf-meds-cliff meds --output_dir 'a b'"
+    )
+    assert reproduce_command(["scripts/train_meds.py", "--max_steps", "2"]) == (
+        "python scripts/train_meds.py --max_steps 2"
+    )
