@@ -21,7 +21,8 @@ problems already in ``samples.jsonl`` are skipped).
 Outputs: ``samples.jsonl``, ``summary.json``, ``passk.csv``, ``passk.png`` (see
 ``hf_meds_cliff.evaluation.runner``).
 
-The code lives in the package (``hf_meds_cliff.scripts.eval_passk``), shared with the ``hf-meds-cliff`` command.
+The code lives in the package (``hf_meds_cliff.scripts.eval_passk``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ every judge prompt of a query repeats the problem and the reference solution.
 A small local teacher on the training machine instead: `--cliff_teacher transformers --cliff_teacher_model PATH`.
 Every `cliff_*` option is listed by `python scripts/train_cliff.py --help`.
 
-The code lives in the package (``hf_meds_cliff.scripts.train_cliff``), shared with the ``hf-meds-cliff`` command.
+The code lives in the package (``hf_meds_cliff.scripts.train_cliff``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations

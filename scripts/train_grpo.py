@@ -20,7 +20,8 @@ The DAPO baseline of the MEDS paper (loss, clip-higher, overlong penalty, dynami
 Flags given after ``--config`` override the file.
 Add ``--use_peft --lora_r 64 --lora_alpha 128`` for LoRA.
 
-The code lives in the package (``hf_meds_cliff.scripts.train_grpo``), shared with the ``hf-meds-cliff`` command.
+The code lives in the package (``hf_meds_cliff.scripts.train_grpo``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations

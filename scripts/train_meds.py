@@ -18,7 +18,8 @@ A real model on GPUs, the paper's setting for Qwen3-1.7B (α = 0.1, β = 0.2; us
 Or from a recipe: ``--config recipes/<recipe>.yaml`` (flags given after it override the file).
 The first reward function decides correctness (``--meds_correctness_reward_index``).
 
-The code lives in the package (``hf_meds_cliff.scripts.train_meds``), shared with the ``hf-meds-cliff`` command.
+The code lives in the package (``hf_meds_cliff.scripts.train_meds``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations

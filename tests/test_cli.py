@@ -1,4 +1,4 @@
-"""The ``hf-meds-cliff`` command: entry point, help of every subcommand, the accelerate hand-off, script sharing."""
+"""The ``hf-meds-cliff`` command: entry point, help of each command, the accelerate hand-off, shared code."""
 
 from __future__ import annotations
 

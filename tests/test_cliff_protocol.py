@@ -349,7 +349,7 @@ def test_close_closes_the_teacher(judge_factory):
 
 
 def test_judge_details_say_how_each_wrong_rollout_was_decided(judge_factory):
-    """What the report shows: the teacher's raw answer per judged rollout, cache hits, truncation, references."""
+    """What the report shows: the raw answer of the teacher per judged rollout, cache hits, truncation."""
     raw_1 = Judgment(first_mistake=1, verdict_correct=False, status="ok", raw='{"first_mistake": 1}')
     teacher = ScriptedTeacher({PROBLEM: RIGHT}, {WRONG_AT_1: raw_1, WRONG_AT_2: NO_MISTAKE})
     judge = judge_factory(teacher)

@@ -1,5 +1,5 @@
-"""``hf-meds-cliff report``: what a person sees, from a hand-made run directory and from short toy runs, and the page
-drawn by a real headless browser (Chromium) where one is installed."""
+"""``hf-meds-cliff report``: what a person sees, from a hand-made run directory and from short toy runs, and
+the page drawn by a real headless browser (Chromium) where one is installed."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def made_run(tmp_path) -> Path:
         ],
     )
     memory = ErrorMemory()
-    # Step 1: three wrong rows of p1 around 0° (one of them the XSS text), two around 90°; step 2 adds one at 1°.
+    # Step 1: three wrong rows of p1 around 0° (one with the XSS text), two around 90°; step 2 adds one at 1°.
     texts = ["1 + 2 = 4. \\boxed{4}", f"1 + 2 = 4. {XSS} \\boxed{{4}}", "1 + 2 = 4! \\boxed{4}"]
     snippets = [RowSnippet(text, step=1, sample=i) for i, text in enumerate(texts)]
     snippets += [RowSnippet("1 + 2 = 5. \\boxed{5}", step=1, sample=3), RowSnippet("= 5 \\boxed{5}", 1, 4)]
@@ -115,8 +115,8 @@ def test_report_of_a_made_run_shows_clusters_rollouts_and_passk(made_run, tmp_pa
     assert "<script>alert(2)" not in page and "&lt;script&gt;alert(2)&lt;/script&gt;" in page
     assert "Compute &lt;b&gt;1&lt;/b&gt; + 2." in page
 
-    # MEDS: p1's wrong cluster around 0° holds 4 rows (3 from step 1, 1 from step 2), the 90° one 2; p2's 2 rows
-    # are noise. p1 comes first (largest wrong cluster).
+    # MEDS: p1's wrong cluster around 0° holds 4 rows (3 from step 1, 1 from step 2), the 90° one 2;
+    # p2's 2 rows are noise. p1 comes first (largest wrong cluster).
     blocks = re.findall(r'<details class="prompt" data-largest_wrong="(\d+)"[^>]*data-prompt="([^"]*)"', page)
     assert blocks == [("4", "Compute &lt;b&gt;1&lt;/b&gt; + 2."), ("0", "prompt p2")]
     p1 = page[page.index('data-largest_wrong="4"') : page.index('data-largest_wrong="0"')]
@@ -161,7 +161,7 @@ def find_browser() -> str | None:
 
 
 def render_in_browser(page: Path, screenshot: Path | None = None) -> tuple[str, str]:
-    """(DOM after the page's scripts ran, browser log) of ``page`` in headless Chromium, offline and isolated."""
+    """(DOM after the page's scripts ran, browser log) of ``page`` in headless Chromium, offline, isolated."""
     browser = find_browser()
     with tempfile.TemporaryDirectory() as profile:
         flags = [
@@ -199,7 +199,7 @@ def test_made_report_draws_in_a_real_browser(made_run, tmp_path):
 
 @pytest.mark.slow
 def test_reports_of_short_toy_runs(toy_policy_path, tmp_path):
-    """`hf-meds-cliff meds ... --output_dir D` then `hf-meds-cliff report D`; a toy Cliff run; both pages checked."""
+    """`hf-meds-cliff meds ... --output_dir D`, `hf-meds-cliff report D`; a toy Cliff run; both pages."""
     from hf_meds_cliff.scripts import train_cliff
 
     meds_dir, cliff_dir = tmp_path / "meds", tmp_path / "cliff"

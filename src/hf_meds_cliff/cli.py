@@ -9,9 +9,9 @@
     hf-meds-cliff report RUN_DIR [-o report.html]
 
 The training commands take exactly the arguments of ``scripts/train_<method>.py`` (both run the code of
-:mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags the
-training parser does not know go to ``accelerate launch`` (``--num_processes 8``, ``--config_file ...``, or
-``--accelerate_config zero3`` for one of TRL's packaged accelerate configs), and the run is started with
+:mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags
+the training parser does not know go to ``accelerate launch`` (``--num_processes 8``, ``--config_file ...``,
+or ``--accelerate_config zero3`` for one of TRL's packaged accelerate configs), and the run is started with
 ``accelerate launch -m hf_meds_cliff.scripts.train_<method>``. ``eval`` and ``report`` run in this process.
 ``hf-meds-cliff <command> --help`` lists every option.
 """
@@ -52,8 +52,8 @@ def _subtract_subsequence(items: Sequence[str], subsequence: Sequence[str]) -> l
 def split_training_arguments(command: str, argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Split a training command's ``argv`` into ``(accelerate launch flags, training-script flags)``.
 
-    The training parser (with the toy recipe as the default config, as the script uses it) decides: what it does
-    not consume goes to ``accelerate launch``. ``--help`` prints the training parser's help and exits.
+    The training parser (with the toy recipe as the default config, as the script uses it) decides: what
+    it does not consume goes to ``accelerate launch``. ``--help`` prints the training parser's help and exits.
     """
     from .script_utils import with_toy_recipe
 
@@ -131,8 +131,9 @@ def run_report_command(argv: Sequence[str]) -> int:
     parser = add_report_arguments(
         argparse.ArgumentParser(
             prog=f"{PROG} report",
-            description="Write one self-contained, offline HTML report of a training run: metric curves, MEDS error "
-            "clusters with their completions, Cliff's judged rollouts with the first mistake highlighted, pass@k.",
+            description="Write one self-contained, offline HTML report of a training run: metric curves, "
+            "MEDS error clusters with their completions, Cliff's judged rollouts with the first mistake "
+            "highlighted, pass@k.",
         )
     )
     args = parser.parse_args(list(argv))
@@ -150,7 +151,8 @@ def run_report_command(argv: Sequence[str]) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="MEDS and Cliff reward shaping on TRL's GRPOTrainer: train, evaluate pass@k, and look at a run.",
+        description="MEDS and Cliff reward shaping on TRL's GRPOTrainer: train, evaluate pass@k, and look at "
+        "a run.",
         allow_abbrev=False,
     )
     commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report}")

@@ -56,8 +56,8 @@ def method_hyperparameters(args: Any, prefix: str) -> dict[str, Any]:
 def reproduce_command(argv: list[str] | None = None) -> str:
     """The command line of this process, quoted for a shell (``accelerate launch`` shows as ``python``).
 
-    A run started by ``hf-meds-cliff <command>`` (whose process runs a module of :mod:`hf_meds_cliff.scripts`) shows
-    as that command, not as the installed file's path.
+    A run started by ``hf-meds-cliff <command>`` (whose process runs a module of
+    :mod:`hf_meds_cliff.scripts`) shows as that command, not as the installed file's path.
     """
     argv = sys.argv if argv is None else argv
     if argv:

@@ -1,20 +1,20 @@
 """``hf-meds-cliff report RUN_DIR``: one self-contained HTML file that shows what MEDS and Cliff did in a run.
 
-The report reads only what the trainers and ``hf-meds-cliff eval`` write, and recomputes nothing that a trainer
-decided:
+The report reads only what the trainers and ``hf-meds-cliff eval`` write, and recomputes nothing that a
+trainer decided:
 
-* curves of the run's reward, length, ``meds/*`` and ``cliff/*`` metrics: ``metrics.jsonl`` (written at the end
-  of a run) or, for a run still going or stopped, the newest ``checkpoint-*/trainer_state.json``;
-* MEDS: the error memory (``RUN_DIR/meds_memory`` or the newest checkpoint's), per prompt its clusters of wrong
-  and of correct completions: size, growth over the steps (the steps its rows came from), and representative
-  completions (the stored answer-region snippets nearest the cluster's centre);
-* Cliff: ``cliff_rollouts.jsonl`` (judged wrong rollouts with their sentences, first mistake, the teacher's raw
-  answers and the reference) and the newest ``cliff_state.json`` (reference and judgment caches);
+* curves of the run's reward, length, ``meds/*`` and ``cliff/*`` metrics: ``metrics.jsonl`` (written at the
+  end of a run) or, for a run still going or stopped, the newest ``checkpoint-*/trainer_state.json``;
+* MEDS: the error memory (``RUN_DIR/meds_memory`` or the newest checkpoint's), per prompt its clusters of
+  wrong and of correct completions: size, growth over the steps (the steps its rows came from), and
+  representative completions (the stored answer-region snippets nearest the cluster's centre);
+* Cliff: ``cliff_rollouts.jsonl`` (judged wrong rollouts with their sentences, first mistake, the teacher's
+  raw answers and the reference) and the newest ``cliff_state.json`` (reference and judgment caches);
 * pass@k: ``summary.json`` files of ``hf-meds-cliff eval`` inside the run directory, next to it when they
   evaluated this run's model, or given with ``--eval_dir``.
 
-The page is static and offline: inline CSS, inline SVG charts and a few lines of inline JavaScript (sorting and
-filtering); a Content-Security-Policy forbids any network request. Every text from a run is HTML-escaped.
+The page is static and offline: inline CSS, inline SVG charts and a few lines of inline JavaScript (sorting
+and filtering); a Content-Security-Policy forbids any network request. Every text from a run is HTML-escaped.
 
 >>> from hf_meds_cliff.report import svg_line_chart
 >>> svg_line_chart([("reward", [(1, 0.2), (2, 0.5)])]).startswith("<svg")
@@ -56,9 +56,9 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # Reading a run
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -212,9 +212,9 @@ def collect_run(run_dir: str | os.PathLike, eval_dirs: Iterable[str | os.PathLik
     return data
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # SVG charts
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 
 
 def _fmt(value: float) -> str:
@@ -241,7 +241,10 @@ def svg_line_chart(
     cleaned = [(name, points) for name, points in cleaned if points]
     left, right, top, bottom = 56, 8, 8, 26
     if not cleaned:
-        return f'<svg class="chart" width="{width}" height="{height}" role="img"><text x="10" y="20">no data</text></svg>'
+        return (
+            f'<svg class="chart" width="{width}" height="{height}" role="img">'
+            '<text x="10" y="20">no data</text></svg>'
+        )
 
     def tx(x: float) -> float:
         return math.log2(x) if log2_x and x > 0 else x
@@ -282,10 +285,12 @@ def svg_line_chart(
     x_hi = 2**x_max if log2_x else x_max
     parts.append(f'<text class="tick" x="{left}" y="{height - 12}">{esc(_fmt(round(x_lo, 6)))}</text>')
     parts.append(
-        f'<text class="tick" x="{left + plot_w}" y="{height - 12}" text-anchor="end">{esc(_fmt(round(x_hi, 6)))}</text>'
+        f'<text class="tick" x="{left + plot_w}" y="{height - 12}" text-anchor="end">'
+        f"{esc(_fmt(round(x_hi, 6)))}</text>"
     )
     parts.append(
-        f'<text class="tick" x="{left + plot_w / 2:.1f}" y="{height - 2}" text-anchor="middle">{esc(x_label)}</text>'
+        f'<text class="tick" x="{left + plot_w / 2:.1f}" y="{height - 2}" text-anchor="middle">'
+        f"{esc(x_label)}</text>"
     )
     for index, (name, points) in enumerate(cleaned):
         colour = PALETTE[index % len(PALETTE)]
@@ -319,9 +324,9 @@ def _legend(names: Sequence[str]) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # Sections
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 
 _KEY_METRICS = (
     "reward", "completions/mean_length", "completions/clipped_ratio", "entropy",
@@ -360,13 +365,14 @@ def _chart_grid(series: Mapping[str, list[tuple[float, float]]], names: Sequence
 
 def _no_metrics(data: RunData) -> str:
     return (
-        f'<p class="empty">No logged metrics found (no {METRICS_NAME} and no checkpoint with trainer_state.json in '
+        f'<p class="empty">No logged metrics found (no {METRICS_NAME} and no checkpoint with '
+        "trainer_state.json in "
         f"{esc(data.run_dir)}).</p>"
     )
 
 
 def curves_section(data: RunData) -> str:
-    """The key curves: reward (and each reward function), length, the method's main ``meds/``/``cliff/`` metrics."""
+    """The key curves: reward (and per reward function), length, the main ``meds/`` and ``cliff/`` metrics."""
     series = metric_series(data.log_history)
     if not series:
         return f'<section id="curves"><h2>Training curves</h2>{_no_metrics(data)}</section>'
@@ -490,15 +496,17 @@ def meds_section(data: RunData, max_prompts: int) -> str:
         (
             f'<p class="note">Memory <code>{esc(data.memory_path)}</code>: {memory.num_rows} rows in '
             f"{memory.num_keys} "
-            f"keys ({len(prompts)} prompts), config <code>{esc(json.dumps(memory.config()))}</code>. A cluster is a group "
-            "of past completions of one prompt whose answer-token features HDBSCAN put together; MEDS penalises a new wrong "
-            "completion by the size of the wrong cluster it falls into. Growth curves count the cluster's current rows by "
-            "the step they came from; the completions shown are the stored snippets nearest the cluster's centre.</p>"
+            f"keys ({len(prompts)} prompts), config <code>{esc(json.dumps(memory.config()))}</code>. "
+            "A cluster is a group of past completions of one prompt whose answer-token features "
+            "HDBSCAN put together; MEDS penalises a new wrong completion by the size of the wrong "
+            "cluster it falls into. Growth curves count the cluster's current rows by the step they "
+            "came from; the completions shown are the stored snippets nearest the cluster's centre.</p>"
         ),
     ]
     if not has_snippets:
         out.append(
-            '<p class="empty">This memory has no completion snippets (saved with meds_store_snippets=False or by an '
+            '<p class="empty">This memory has no completion snippets (saved with '
+            "meds_store_snippets=False or by an "
             "older version): clusters are shown without their completions.</p>"
         )
     if len(shown) < len(summaries):
@@ -533,8 +541,9 @@ def _prompt_block(summary: Mapping[str, Any], steps_axis: Sequence[int]) -> str:
             f"<b>{summary['num_clusters']} clusters</b><b>{summary['rows']} stored</b></span></summary>"
         ),
         (
-            f'<p class="note">prompt key <code>{esc(summary["prompt"])}</code></p><table class="clusters"><thead><tr>'
-            "<th>key</th><th>cluster</th><th>size</th><th>size over steps</th><th>representative completions</th>"
+            f'<p class="note">prompt key <code>{esc(summary["prompt"])}</code></p>'
+            '<table class="clusters"><thead><tr><th>key</th><th>cluster</th><th>size</th>'
+            "<th>size over steps</th><th>representative completions</th>"
             "</tr></thead><tbody>"
         ),
     ]
@@ -566,7 +575,8 @@ def _prompt_block(summary: Mapping[str, Any], steps_axis: Sequence[int]) -> str:
         )
     if len(summary["clusters"]) > 12:
         out.append(
-            f'<tr><td colspan="5" class="note">{len(summary["clusters"]) - 12} smaller clusters not shown</td></tr>'
+            f'<tr><td colspan="5" class="note">{len(summary["clusters"]) - 12} smaller clusters not shown'
+            "</td></tr>"
         )
     out.append("</tbody></table></details>")
     return "".join(out)
@@ -629,9 +639,10 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
         steps = sorted({int(r["step"]) for r in data.rollouts})
         share = f"{100 * agree / len(usable):.1f} %" if usable else "n/a"
         out.append(
-            f'<p class="note"><code>{esc(data.rollouts_path)}</code>: {len(data.rollouts)} logged wrong rollouts from '
-            f"{len(steps)} steps. Teacher–verifier agreement on the judged (or cached) ones: <b>{share}</b> ({agree} of "
-            f"{len(usable)} rollouts the verifier marks wrong, the teacher located a mistake in; the paper reports "
+            f'<p class="note"><code>{esc(data.rollouts_path)}</code>: {len(data.rollouts)} logged '
+            f"wrong rollouts from {len(steps)} steps. Teacher–verifier agreement on the judged (or "
+            f"cached) ones: <b>{share}</b> ({agree} of {len(usable)} rollouts the verifier marks wrong, "
+            "the teacher located a mistake in; the paper reports "
             "85–90 %). Sentences are numbered as the teacher saw them.</p>"
         )
     else:
@@ -641,7 +652,8 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
         cached_agree = sum(1 for j in judgments.values() if j.get("agreed") is True)
         out.append(
             f'<p class="note">Caches in <code>{esc(data.cliff_state_path)}</code>: '
-            f"{len(data.cliff_state.get('references', {}))} verified reference solutions, {len(judgments)} judgments "
+            f"{len(data.cliff_state.get('references', {}))} verified reference solutions, "
+            f"{len(judgments)} judgments "
             f"({cached_agree} with a located mistake).</p>"
         )
     out.append(
@@ -650,8 +662,8 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
         '<span class="s plain">not located</span></p>'
     )
     labels = {
-        "agree": "mistake located", "disagree": "disagreement", "truncated": "truncated", "malformed": "unusable answer",
-        "unverified": "no verified reference", "fallback": "fallback",
+        "agree": "mistake located", "disagree": "disagreement", "truncated": "truncated",
+        "malformed": "unusable answer", "unverified": "no verified reference", "fallback": "fallback",
     }  # fmt: skip
     options = "".join(
         f'<option value="{kind}">{esc(label)} ({counts[kind]})</option>'
@@ -659,7 +671,8 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
         if kind in counts
     )
     out.append(
-        f'<div class="controls">Show <select id="cliff-filter"><option value="all">all ({len(data.rollouts)})</option>'
+        '<div class="controls">Show <select id="cliff-filter">'
+        f'<option value="all">all ({len(data.rollouts)})</option>'
         f'{options}</select></div><div id="cliff-rollouts">'
     )
     newest_first = sorted(data.rollouts, key=lambda r: (-int(r["step"]), int(r["sample"])))[:max_rollouts]
@@ -689,13 +702,15 @@ def _rollout_block(record: Mapping[str, Any]) -> str:
     )
     reference = record.get("reference")
     reference_html = (
-        f"<details><summary>reference solution (teacher, verified)</summary><pre>{esc(reference)}</pre></details>"
+        "<details><summary>reference solution (teacher, verified)</summary>"
+        f"<pre>{esc(reference)}</pre></details>"
         if reference
         else ""
     )
     return (
         f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
-        f'{esc(record.get("sample"))} · <span class="tag {"ok" if kind == "agree" else "bad"}">{esc(label)}</span></header>'
+        f'{esc(record.get("sample"))} · <span class="tag {"ok" if kind == "agree" else "bad"}">'
+        f"{esc(label)}</span></header>"
         f'<p class="problem"><b>Problem:</b> {esc(record.get("problem"))} <span class="meta">ground truth '
         f"<code>{esc(record.get('ground_truth'))}</code></span></p>"
         f'<div class="completion">{_rollout_text(record)}</div>{teacher}{reference_html}</article>'
@@ -705,7 +720,8 @@ def _rollout_block(record: Mapping[str, Any]) -> str:
 def eval_section(data: RunData) -> str:
     if not data.eval_summaries:
         return (
-            '<section id="passk"><h2>pass@k</h2><p class="empty">No eval summary in or next to the run. Evaluate it '
+            '<section id="passk"><h2>pass@k</h2><p class="empty">No eval summary in or next to the run. '
+            "Evaluate it "
             f"with <code>hf-meds-cliff eval --model_name_or_path {esc(data.run_dir)} --output_dir "
             f"{esc(data.run_dir / 'eval')}</code> and render the report again.</p></section>"
         )
@@ -719,8 +735,9 @@ def eval_section(data: RunData) -> str:
         ks = sorted({int(k) for block in blocks.values() for k in block.get("pass@k", {})})
         settings = summary.get("settings", {})
         out.append(
-            f'<h3>{esc(name)}</h3><p class="note"><code>{esc(path)}</code> · n = {esc(settings.get("num_samples"))}, '
-            f'temperature {esc(settings.get("temperature"))}</p><table class="passk"><thead><tr><th>benchmark</th>'
+            f'<h3>{esc(name)}</h3><p class="note"><code>{esc(path)}</code> · '
+            f"n = {esc(settings.get('num_samples'))}, temperature {esc(settings.get('temperature'))}</p>"
+            '<table class="passk"><thead><tr><th>benchmark</th>'
             + "".join(f"<th>pass@{k}</th>" for k in ks)
             + "<th>mean@n</th><th>maj@n</th></tr></thead><tbody>"
         )
@@ -758,26 +775,30 @@ def _percent(value: Any) -> str:
     return f"{100 * float(value):.1f}" if _finite(value) else ""
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 # The page
-# ---------------------------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------------------------------------
 
 _CSS = """
 :root { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #111827; background: #f8fafc; }
 body { margin: 0 auto; max-width: 1240px; padding: 16px 24px 48px; }
-h1 { font-size: 22px; margin: 8px 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 2px solid #e5e7eb; }
+h1 { font-size: 22px; margin: 8px 0 4px; }
+h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 2px solid #e5e7eb; }
 h3 { font-size: 15px; margin: 16px 0 6px; color: #374151; }
-nav a { margin-right: 14px; } code { background: #eef2f7; padding: 0 3px; border-radius: 3px; font-size: 12px; }
+nav a { margin-right: 14px; }
+code { background: #eef2f7; padding: 0 3px; border-radius: 3px; font-size: 12px; }
 .note { color: #4b5563; font-size: 13px; } .empty { color: #92400e; font-size: 13px; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(280px, 1fr)); gap: 10px; }
 svg.chart { width: 100%; height: auto; display: block; }
 figure.metric { margin: 0; background: #fff; border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px; }
 figure.metric figcaption { font-size: 12px; color: #374151; margin-bottom: 2px; }
 svg.chart text.tick { font-size: 10px; fill: #6b7280; }
-.legend span { margin-right: 12px; font-size: 12px; } .legend i { display: inline-block; width: 10px; height: 10px;
+.legend span { margin-right: 12px; font-size: 12px; }
+.legend i { display: inline-block; width: 10px; height: 10px;
   margin-right: 4px; border-radius: 2px; }
 .controls { margin: 8px 0; font-size: 13px; }
-details.prompt { background: #fff; border: 1px solid #e5e7eb; border-radius: 6px; margin: 6px 0; padding: 6px 10px; }
+details.prompt { background: #fff; border: 1px solid #e5e7eb; border-radius: 6px; margin: 6px 0;
+  padding: 6px 10px; }
 details.prompt > summary { cursor: pointer; display: flex; justify-content: space-between; gap: 12px; }
 .ptitle { font-family: ui-monospace, monospace; font-size: 13px; }
 .badges b { font-weight: 500; font-size: 12px; background: #f1f5f9; border-radius: 10px; padding: 1px 8px;
@@ -789,14 +810,18 @@ table.passk { width: auto; } table.passk td, table.passk th { padding: 3px 10px;
 .snippet { margin-bottom: 4px; } .meta { color: #6b7280; font-size: 11px; }
 pre { margin: 2px 0; white-space: pre-wrap; word-break: break-word; font-size: 12px; background: #f8fafc;
   border: 1px solid #eef2f7; padding: 4px 6px; border-radius: 4px; }
-.tag { font-size: 11px; padding: 1px 7px; border-radius: 9px; } .tag.ok { background: #dcfce7; color: #166534; }
+.tag { font-size: 11px; padding: 1px 7px; border-radius: 9px; }
+.tag.ok { background: #dcfce7; color: #166534; }
 .tag.bad { background: #fee2e2; color: #991b1b; }
-article.rollout { background: #fff; border: 1px solid #e5e7eb; border-radius: 6px; margin: 8px 0; padding: 8px 12px; }
+article.rollout { background: #fff; border: 1px solid #e5e7eb; border-radius: 6px; margin: 8px 0;
+  padding: 8px 12px; }
 article.rollout header { font-size: 13px; } .problem { font-size: 13px; margin: 4px 0; }
-.completion { font-family: ui-monospace, monospace; font-size: 13px; line-height: 1.9; white-space: pre-wrap; }
+.completion { font-family: ui-monospace, monospace; font-size: 13px; line-height: 1.9;
+  white-space: pre-wrap; }
 .s { border-radius: 3px; padding: 1px 2px; } .s sup { font-size: 9px; color: #6b7280; margin-right: 2px; }
 .s.prefix { background: #dcfce7; } .s.suffix { background: #fee2e2; }
-.s.mistake { background: #fca5a5; outline: 2px solid #b91c1c; font-weight: 600; } .s.plain { background: #f1f5f9; }
+.s.mistake { background: #fca5a5; outline: 2px solid #b91c1c; font-weight: 600; }
+.s.plain { background: #f1f5f9; }
 .clusters svg.chart { width: 170px; }
 .raw pre { background: #fffbeb; border-color: #fde68a; }
 article.rollout details summary { font-size: 12px; color: #374151; cursor: pointer; }
@@ -853,12 +878,14 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
     generated = _datetime.datetime.now(_datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(data.run_dir.name)} · hf-meds-cliff report</title><style>{_CSS}</style></head><body>"
         f"<h1>{esc(data.method)} run <code>{esc(data.run_dir)}</code></h1>"
-        f'<p class="note">hf-meds-cliff {esc(__version__)} report, generated {generated}. Static and offline: open '
+        f'<p class="note">hf-meds-cliff {esc(__version__)} report, generated {generated}. '
+        "Static and offline: open "
         "it in any browser.</p><nav>"
         + "".join(f'<a href="#{anchor}">{esc(label)}</a>' for anchor, label in nav)
         + "</nav>"

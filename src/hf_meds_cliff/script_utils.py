@@ -102,7 +102,7 @@ def build_parser(config_cls: type, *extra: type) -> TrlParser:
 
 
 def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:
-    """``argv`` with ``--config <the packaged toy recipe>`` prepended when it names neither a config nor a model."""
+    """``argv`` with ``--config <the packaged toy recipe>`` first when it names neither config nor model."""
     args = list(argv)
     if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
         args = ["--config", str(toy_recipe_path(method)), *args]

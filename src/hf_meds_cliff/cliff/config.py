@@ -40,10 +40,11 @@ class CliffConfig(DAPOConfig):
             Which reward function decides correctness, and the value from which a rollout counts as correct.
         cliff_answer_column (`str`, defaults to `"answer"`): Dataset column with the ground-truth answer used to
             verify the teacher's reference solutions.
-        cliff_log_rollouts (`int`, defaults to `64`), cliff_log_max_chars (`int`, defaults to `4000`): Per training
-            step, at most this many incorrect rollouts of groups that needed the teacher are appended to
-            ``<output_dir>/cliff_rollouts.jsonl`` (text, sentences, first mistake, the teacher's raw answers, the
-            reference), each text cut to ``cliff_log_max_chars``; read by ``hf-meds-cliff report``. 0 turns it off.
+        cliff_log_rollouts (`int`, defaults to `64`), cliff_log_max_chars (`int`, defaults to `4000`):
+            Per training step, at most this many incorrect rollouts of groups that needed the teacher are
+            appended to ``<output_dir>/cliff_rollouts.jsonl`` (text, sentences, first mistake, the teacher's
+            raw answers, the reference), each text cut to ``cliff_log_max_chars``; read by
+            ``hf-meds-cliff report``. 0 turns it off.
     """
 
     cliff_lam: float = field(
@@ -160,7 +161,8 @@ class CliffConfig(DAPOConfig):
     cliff_log_rollouts: int = field(
         default=64,
         metadata={
-            "help": "Incorrect rollouts per step (of groups that needed the teacher) appended with their judgment, "
+            "help": "Incorrect rollouts per step (of groups that needed the teacher) appended with their "
+            "judgment, "
             "the teacher's raw answers and the reference to <output_dir>/cliff_rollouts.jsonl, for "
             "`hf-meds-cliff report`; 0 = off."
         },
@@ -176,7 +178,8 @@ class CliffConfig(DAPOConfig):
         super().__post_init__()
         if self.cliff_log_rollouts < 0 or self.cliff_log_max_chars < 1:
             raise ValueError(
-                f"cliff_log_rollouts={self.cliff_log_rollouts} must be >= 0 (0 = off) and cliff_log_max_chars="
+                f"cliff_log_rollouts={self.cliff_log_rollouts} must be >= 0 (0 = off) and "
+                "cliff_log_max_chars="
                 f"{self.cliff_log_max_chars} >= 1."
             )
         if not 0.0 <= self.cliff_lam <= 1.0:

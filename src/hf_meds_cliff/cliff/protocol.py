@@ -177,11 +177,12 @@ class StepOutcome:
             disagreement, malformed answer). Non-empty spans mark the rows counted in the position metrics.
         counters: step counters (summed over the step, not averaged), see :meth:`CliffJudge.process_step`.
         values: per-row or per-rollout samples of step statistics whose mean is logged (e.g. agreement).
-        judge_details: for people inspecting a run, per incorrect row of a group that needed a teacher: ``source``
-            (``"judged"``, ``"cached"``, ``"truncated"`` or ``"unverified"``: no verified reference), and for judged
-            rows the teacher's answers ``raw``, their ``statuses`` and ``votes`` (one per self-consistency call);
-            judged and cached rows of Cliff groups also get ``agreed`` (True: the teacher located a mistake, False:
-            it found none, a disagreement with the verifier; None: no usable answer).
+        judge_details: for people inspecting a run, per incorrect row of a group that needed a teacher:
+            ``source`` (``"judged"``, ``"cached"``, ``"truncated"`` or ``"unverified"``: no verified
+            reference), and for judged rows the teacher's answers ``raw``, their ``statuses`` and ``votes``
+            (one per self-consistency call); judged and cached rows of Cliff groups also get ``agreed``
+            (True: the teacher located a mistake, False: it found none, a disagreement with the verifier;
+            None: no usable answer).
         references: the reference solution used per prompt key this step (None = not verified).
     """
 

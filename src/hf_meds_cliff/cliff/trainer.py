@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 CLIFF_STATE_NAME = "cliff_state.json"
 ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
-"""Judged rollouts appended every step in the output directory (``cliff_log_rollouts``), read by the report."""
+"""Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
 
 
 class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
@@ -243,13 +243,14 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
 
     def _cliff_log_rollouts(self, rows: StepRows, outcome: StepOutcome) -> None:
-        """Append this step's first ``cliff_log_rollouts`` judged rollouts to ``cliff_rollouts.jsonl`` (main process).
+        """Append this step's first ``cliff_log_rollouts`` judged rollouts to ``cliff_rollouts.jsonl``.
 
-        Each line: step, sample (row of the gathered batch), prompt key, problem, ground truth, completion, its
-        sentence spans (character offsets, as the teacher saw them), group mode, first mistake (None = plain GRPO),
-        how it was decided (``source``: judged / cached / truncated / unverified; ``agreed``: the teacher located a
-        mistake / found none / gave no usable answer) with the teacher's raw answers, and the reference. Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are dropped). After a
-        resume, steps logged twice keep their last line (readers dedupe by step and sample).
+        Main process only. Each line: step, sample (row of the gathered batch), prompt key, problem, ground
+        truth, completion, its sentence spans (character offsets, as the teacher saw them), group mode, first
+        mistake (None = plain GRPO), how it was decided (``source``: judged / cached / truncated / unverified;
+        ``agreed``: the teacher located a mistake / found none / gave no usable answer) with the teacher's raw
+        answers, and the reference. Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are
+        dropped). After a resume, steps logged twice keep their last line (readers dedupe by step and sample).
         """
         cap = self.args.cliff_log_max_chars
 

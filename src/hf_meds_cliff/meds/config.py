@@ -46,9 +46,10 @@ class MEDSConfig(DAPOConfig):
             `1.0`): Which reward function decides correctness, and the value from which a rollout counts as correct.
         meds_save_memory (`bool`, defaults to `True`): Save the error memory with every checkpoint and restore it on
             resume.
-        meds_store_snippets (`bool`, defaults to `True`), meds_snippet_max_chars (`int`, defaults to `256`): Keep, per
-            stored memory row, the answer region of its completion (at most this many characters) with its step and
-            sample, so reports can show what a cluster's completions said; saved with the memory.
+        meds_store_snippets (`bool`, defaults to `True`), meds_snippet_max_chars (`int`, defaults to `256`):
+            Keep, per stored memory row, the answer region of its completion (at most this many characters)
+            with its step and sample, so reports can show what a cluster's completions said; saved with the
+            memory.
     """
 
     meds_alpha: float = field(
@@ -150,7 +151,8 @@ class MEDSConfig(DAPOConfig):
     meds_store_snippets: bool = field(
         default=True,
         metadata={
-            "help": "Keep, per stored memory row, a bounded snippet of its completion (the answer region, with its "
+            "help": "Keep, per stored memory row, a bounded snippet of its completion (the answer region, "
+            "with its "
             "step and sample) for `hf-meds-cliff report`; saved with the memory. Costs about "
             "meds_snippet_max_chars bytes per row."
         },

@@ -58,12 +58,13 @@ exactly the stored rows and the next step's cluster sizes count only rows still 
 
 Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
 spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
-keys in a typed JSON encoding, counters, optional per-key notes such as the problem text) and, when rows carry them, ``meds_snippets.jsonl`` (one line per
-stored row: its id, the training step and sample it came from, and a bounded snippet of the completion's
-answer region, :class:`RowSnippet`), so a person can read what the completions of a cluster said.
-:meth:`ErrorMemory.load` restores a memory whose :meth:`~ErrorMemory.fingerprint` and future assignments
-equal the original's, with its snippets. Snippets never influence assignments and are not part of the
-fingerprint.
+keys in a typed JSON encoding, counters, optional per-key notes such as the problem text) and,
+when rows carry them, ``meds_snippets.jsonl`` (one line per stored row: its id, the training step
+and sample it came from, and a bounded snippet of the completion's answer region,
+:class:`RowSnippet`), so a person can read what the completions of a cluster said.
+:meth:`ErrorMemory.load` restores a memory whose :meth:`~ErrorMemory.fingerprint` and future
+assignments equal the original's, with its snippets and notes. Snippets and notes never influence
+assignments and are not part of the fingerprint.
 
 >>> import numpy as np
 >>> memory = ErrorMemory()
@@ -591,14 +592,14 @@ class ErrorMemory:
         return self._notes.get(_canonical_key(key))
 
     def set_note(self, key: Hashable, text: str) -> None:
-        """Attach a human-readable ``text`` to a stored ``key`` (saved with the memory; never used to cluster)."""
+        """Attach a human-readable ``text`` to a stored ``key`` (saved with the memory, never clustered)."""
         if not isinstance(text, str):
             raise TypeError(f"A note must be a str, got {type(text).__name__}.")
         self._entry(key)  # raises KeyError for an unknown key
         self._notes[_canonical_key(key)] = text
 
     def stored_snippets(self, key: Hashable) -> list[RowSnippet | None]:
-        """Snippets of the stored rows of ``key`` (None where none was given), aligned with :meth:`stored_labels`."""
+        """Snippets of the stored rows of ``key`` (None where none was given), as :meth:`stored_labels`."""
         return list(self._entry(key).snippets)
 
     def _entry(self, key: Hashable) -> _KeyMemory:
@@ -657,7 +658,8 @@ class ErrorMemory:
             snippets = list(snippets)
             if len(snippets) != num_rows:
                 raise ValueError(
-                    f"snippets has {len(snippets)} entries but features has {num_rows} rows; pass one snippet "
+                    f"snippets has {len(snippets)} entries but features has {num_rows} rows; pass one "
+                    "snippet "
                     f"(or None) per row, or no snippets."
                 )
             for snippet in snippets:
@@ -931,7 +933,8 @@ class ErrorMemory:
                         )
                     except (ValueError, KeyError, TypeError) as error:
                         raise ValueError(
-                            f"{snippets_path} line {line_number} is not a snippet record ({error}); the file is "
+                            f"{snippets_path} line {line_number} is not a snippet record ({error}); the "
+                            "file is "
                             f"corrupt: delete it to load the memory without snippets."
                         ) from error
         memory._dim = header["dim"]

@@ -260,7 +260,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         return gather_object([answer_region(text, self.args.meds_snippet_max_chars) for text in texts])
 
     def _meds_note_problems(self, keys_local, prompts, is_correct, scored) -> None:
-        """Attach the problem text to memory keys that have none yet (for reports; every rank does the same)."""
+        """Attach the problem text to memory keys without one (for reports; every rank does the same)."""
         offset = self.accelerator.process_index * len(prompts)
         missing: dict[tuple[str, bool], str] = {}
         for j, (key, prompt) in enumerate(zip(keys_local, prompts)):

@@ -1,4 +1,4 @@
-"""pass@k evaluation: ``scripts/eval_passk.py`` and ``hf-meds-cliff eval`` (usage in ``scripts/eval_passk.py``).
+"""pass@k evaluation: ``scripts/eval_passk.py`` and ``hf-meds-cliff eval`` (usage in that script).
 
 Writes ``samples.jsonl``, ``summary.json``, ``passk.csv`` and ``passk.png`` (see
 :mod:`hf_meds_cliff.evaluation.runner`); ``--compare DIR DIR ...`` overlays finished runs instead.

@@ -1,7 +1,7 @@
-"""Cliff training: ``scripts/train_cliff.py`` and ``hf-meds-cliff cliff`` (usage in ``scripts/train_cliff.py``).
+"""Cliff training: ``scripts/train_cliff.py`` and ``hf-meds-cliff cliff`` (usage in that script).
 
-Trains :class:`~hf_meds_cliff.cliff.CliffGRPOTrainer`; ``--teacher_base_url/--teacher_model`` are shorthands for an
-HTTP teacher. No arguments = the toy world on CPU with the exact rule-based teacher.
+Trains :class:`~hf_meds_cliff.cliff.CliffGRPOTrainer`; ``--teacher_base_url/--teacher_model`` are shorthands
+for an HTTP teacher. No arguments = the toy world on CPU with the exact rule-based teacher.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def make_parser(prog: str | None = None):
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    """``(script_args, training_args, model_args, teacher_args)``; no ``--config`` and no model = the toy recipe."""
+    """``(script_args, training_args, model_args, teacher_args)``; no ``--config``, no model: toy recipe."""
     return parse_script_args(
         CliffConfig, METHOD, argv=argv if argv is not None else sys.argv[1:], extra=[TeacherArguments]
     )

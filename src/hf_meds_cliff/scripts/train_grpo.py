@@ -1,5 +1,5 @@
-"""GRPO / DAPO baseline training: ``scripts/train_grpo.py`` and ``hf-meds-cliff grpo`` (usage in
-``scripts/train_grpo.py``). TRL's ``GRPOTrainer`` plus DAPO's dynamic sampling when ``--dynamic_sampling true``.
+"""GRPO / DAPO baseline training: ``scripts/train_grpo.py`` and ``hf-meds-cliff grpo`` (usage in that
+script). TRL's ``GRPOTrainer`` plus DAPO's dynamic sampling when ``--dynamic_sampling true``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def make_parser(prog: str | None = None):
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    """``(script_args, training_args, model_args)``; no ``--config`` and no model = the packaged toy recipe."""
+    """``(script_args, training_args, model_args)``; no ``--config`` and no model = the toy recipe."""
     return parse_script_args(DAPOConfig, METHOD, argv=argv)
 
 

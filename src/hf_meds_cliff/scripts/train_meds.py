@@ -1,7 +1,8 @@
 """MEDS training: ``scripts/train_meds.py`` and ``hf-meds-cliff meds`` (usage in ``scripts/train_meds.py``).
 
 Trains :class:`~hf_meds_cliff.meds.MEDSGRPOTrainer`, then writes the model, ``metrics.jsonl``, the final error
-memory (``meds_memory/``) and ``meds_metrics.png`` to the output directory. No arguments = the toy world on CPU.
+memory (``meds_memory/``) and ``meds_metrics.png`` to the output directory. No arguments = the toy world
+on CPU.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ PLOTTED_METRICS = (
 
 
 def plot_meds_metrics(log_history: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
-    """Plot the MEDS metrics of ``trainer.state.log_history`` over steps into a PNG; None if nothing logged."""
+    """Plot the MEDS metrics of ``trainer.state.log_history`` over steps into a PNG; None if none logged."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,7 +77,7 @@ def make_parser(prog: str | None = None):
 
 
 def parse_args(argv: Sequence[str] | None = None):
-    """``(script_args, training_args, model_args)``; no ``--config`` and no model = the packaged toy recipe."""
+    """``(script_args, training_args, model_args)``; no ``--config`` and no model = the toy recipe."""
     return parse_script_args(MEDSConfig, METHOD, argv=argv)
 
 
@@ -87,8 +88,8 @@ def main(script_args, training_args, model_args):
         trainer.meds_memory.save(output_dir / MEMORY_DIRNAME)
         plot = plot_meds_metrics(trainer.state.log_history, output_dir / "meds_metrics.png")
         trainer.accelerator.print(
-            f"Model, tokenizer, metrics.jsonl, {MEMORY_DIRNAME}/ and {plot.name if plot else '(no plot)'} written "
-            f"to {output_dir}"
+            f"Model, tokenizer, metrics.jsonl, {MEMORY_DIRNAME}/ and "
+            f"{plot.name if plot else '(no plot)'} written to {output_dir}"
         )
     return trainer
 
