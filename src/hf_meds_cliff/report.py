@@ -232,6 +232,7 @@ def svg_line_chart(
     log2_x: bool = False,
     y_range: tuple[float, float] | None = None,
     markers: bool | None = None,
+    x_ticks: Sequence[float] | None = None,
 ) -> str:
     """An inline SVG line chart of ``series`` (name, [(x, y), ...]); non-finite points are dropped."""
     cleaned = [
@@ -283,11 +284,17 @@ def svg_line_chart(
     )
     x_lo = 2**x_min if log2_x else x_min
     x_hi = 2**x_max if log2_x else x_max
-    parts.append(f'<text class="tick" x="{left}" y="{height - 12}">{esc(_fmt(round(x_lo, 6)))}</text>')
-    parts.append(
-        f'<text class="tick" x="{left + plot_w}" y="{height - 12}" text-anchor="end">'
-        f"{esc(_fmt(round(x_hi, 6)))}</text>"
-    )
+    for tick in x_ticks or []:
+        parts.append(
+            f'<text class="tick" x="{px(tick):.1f}" y="{height - 12}" text-anchor="middle">'
+            f"{esc(_fmt(tick))}</text>"
+        )
+    if not x_ticks:
+        parts.append(f'<text class="tick" x="{left}" y="{height - 12}">{esc(_fmt(round(x_lo, 6)))}</text>')
+        parts.append(
+            f'<text class="tick" x="{left + plot_w}" y="{height - 12}" text-anchor="end">'
+            f"{esc(_fmt(round(x_hi, 6)))}</text>"
+        )
     parts.append(
         f'<text class="tick" x="{left + plot_w / 2:.1f}" y="{height - 2}" text-anchor="middle">'
         f"{esc(x_label)}</text>"
@@ -765,8 +772,17 @@ def eval_section(data: RunData) -> str:
         )
     out.append(
         '<figure class="metric wide"><figcaption>pass@k (%) against k (average over benchmarks when several)'
-        f"</figcaption>{svg_line_chart(curves, width=460, height=220, x_label='k (log scale)', log2_x=True)}"
-        f"{_legend([name for name, _ in curves])}</figure></section>"
+        "</figcaption>"
+        + svg_line_chart(
+            curves,
+            width=460,
+            height=220,
+            x_label="k (log scale)",
+            log2_x=True,
+            y_range=(0.0, 100.0),
+            x_ticks=sorted({k for _, points in curves for k, _ in points}),
+        )
+        + f"{_legend([name for name, _ in curves])}</figure></section>"
     )
     return "".join(out)
 
@@ -791,6 +807,7 @@ code { background: #eef2f7; padding: 0 3px; border-radius: 3px; font-size: 12px;
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(280px, 1fr)); gap: 10px; }
 svg.chart { width: 100%; height: auto; display: block; }
 figure.metric { margin: 0; background: #fff; border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px; }
+figure.metric.wide { max-width: 520px; }
 figure.metric figcaption { font-size: 12px; color: #374151; margin-bottom: 2px; }
 svg.chart text.tick { font-size: 10px; fill: #6b7280; }
 .legend span { margin-right: 12px; font-size: 12px; }
@@ -806,7 +823,7 @@ details.prompt > summary { cursor: pointer; display: flex; justify-content: spac
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { border-bottom: 1px solid #e5e7eb; padding: 4px 6px; text-align: left; vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-table.passk { width: auto; } table.passk td, table.passk th { padding: 3px 10px; }
+table.passk { width: auto; margin-bottom: 10px; } table.passk td, table.passk th { padding: 3px 10px; }
 .snippet { margin-bottom: 4px; } .meta { color: #6b7280; font-size: 11px; }
 pre { margin: 2px 0; white-space: pre-wrap; word-break: break-word; font-size: 12px; background: #f8fafc;
   border: 1px solid #eef2f7; padding: 4px 6px; border-radius: 4px; }
