@@ -64,6 +64,7 @@ def made_run(tmp_path) -> Path:
         [RowSnippet("1 + 2 = 4. \\boxed{4}", 2, 0), RowSnippet("x \\boxed{1}", 2, 8), None],
     )
     memory.set_note(("p1", False), "Compute <b>1</b> + 2.")
+    memory.set_note(("p2", False), "A second problem")
     memory.save(run / "meds_memory")
 
     rollout = {
@@ -118,7 +119,7 @@ def test_report_of_a_made_run_shows_clusters_rollouts_and_passk(made_run, tmp_pa
     # MEDS: p1's wrong cluster around 0° holds 4 rows (3 from step 1, 1 from step 2), the 90° one 2;
     # p2's 2 rows are noise. p1 comes first (largest wrong cluster).
     blocks = re.findall(r'<details class="prompt" data-largest_wrong="(\d+)"[^>]*data-prompt="([^"]*)"', page)
-    assert blocks == [("4", "Compute &lt;b&gt;1&lt;/b&gt; + 2."), ("0", "prompt p2")]
+    assert blocks == [("4", "Compute &lt;b&gt;1&lt;/b&gt; + 2."), ("0", "A second problem")]
     p1 = page[page.index('data-largest_wrong="4"') : page.index('data-largest_wrong="0"')]
     assert re.findall(r'<td class="num">(\d+)</td>', p1) == ["4", "2"]
     assert "step 2 · sample 0" in p1 and "1 + 2 = 5. \\boxed{5}" in p1
@@ -160,7 +161,7 @@ def find_browser() -> str | None:
     return next((path for path in map(shutil.which, BROWSERS) if path), None)
 
 
-def render_in_browser(page: Path, screenshot: Path | None = None) -> tuple[str, str]:
+def render_in_browser(page: Path, screenshot: Path | None = None, fragment: str = "") -> tuple[str, str]:
     """(DOM after the page's scripts ran, browser log) of ``page`` in headless Chromium, offline, isolated."""
     browser = find_browser()
     with tempfile.TemporaryDirectory() as profile:
@@ -171,15 +172,15 @@ def render_in_browser(page: Path, screenshot: Path | None = None) -> tuple[str, 
         ]  # fmt: skip
         action = [f"--screenshot={screenshot}", "--hide-scrollbars"] if screenshot else ["--dump-dom"]
         result = subprocess.run(
-            [browser, *flags, *action, page.resolve().as_uri()],
+            [browser, *flags, *action, page.resolve().as_uri() + fragment],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout, result.stderr
 
 
-def assert_draws_without_errors(page: Path) -> str:
-    dom, log = render_in_browser(page)
+def assert_draws_without_errors(page: Path, fragment: str = "") -> str:
+    dom, log = render_in_browser(page, fragment=fragment)
     console = [line for line in log.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not [line for line in console if "Uncaught" in line or "Content Security Policy" in line], console
     assert f'{READY_ATTRIBUTE}="1"' in dom, "the page's script did not run to its end"
@@ -192,6 +193,15 @@ def assert_draws_without_errors(page: Path) -> str:
 def test_made_report_draws_in_a_real_browser(made_run, tmp_path):
     dom = assert_draws_without_errors(write_report(made_run))
     assert dom.count("<svg") >= 5 and '<details class="prompt"' in dom
+    assert dom.index('data-prompt="Compute') < dom.index(
+        'data-prompt="A second'
+    )  # largest wrong cluster first
+    assert not re.search(r'<article class="rollout" data-kind="\w+" hidden', dom)
+    # The controls work: sort the prompts by name and show only the disagreements.
+    dom = assert_draws_without_errors(made_run / "report.html", "#meds-sort=prompt&cliff-filter=disagree")
+    assert dom.index('data-prompt="A second') < dom.index('data-prompt="Compute')
+    shown = re.findall(r'<article class="rollout" data-kind="(\w+)"( hidden="")?', dom)
+    assert sorted(shown) == [("agree", ' hidden=""'), ("disagree", ""), ("truncated", ' hidden=""')]
     screenshot = tmp_path / "shot.png"
     render_in_browser(made_run / "report.html", screenshot)
     assert screenshot.stat().st_size > 10_000

@@ -868,6 +868,15 @@ _SCRIPT = """
       }
     });
   }
+  // A fragment such as #meds-sort=rows&cliff-filter=disagree presets the controls (for links and tests).
+  location.hash.slice(1).split("&").forEach(function (pair) {
+    var parts = pair.split("=");
+    var control = parts.length === 2 ? document.getElementById(parts[0]) : null;
+    if (control && control.tagName === "SELECT") {
+      control.value = decodeURIComponent(parts[1]);
+      control.dispatchEvent(new Event("change"));
+    }
+  });
   var first = document.querySelector("details.prompt");
   if (first) { first.open = true; }
   document.documentElement.setAttribute("__READY__", "1");
