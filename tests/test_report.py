@@ -215,7 +215,7 @@ def test_reports_of_short_toy_runs(toy_policy_path, tmp_path):
     meds_dir, cliff_dir = tmp_path / "meds", tmp_path / "cliff"
     # No --model_name_or_path: the toy recipe's `toy` model, the cached policy the fixture made sure exists.
     small = [
-        "--max_steps", "3", "--toy_train_size", "8",
+        "--max_steps", "2", "--toy_train_size", "4",
         "--per_device_train_batch_size", "32", "--gradient_checkpointing", "false",
     ]  # fmt: skip
     assert cli.main(["meds", *small, "--output_dir", str(meds_dir)]) == 0  # through accelerate launch
@@ -225,8 +225,8 @@ def test_reports_of_short_toy_runs(toy_policy_path, tmp_path):
     memory = ErrorMemory.load(meds_dir / "meds_memory")
     keys = memory.keys()
     snippets = [s for key in keys for s in memory.stored_snippets(key)]
-    assert snippets and all(s is not None and s.text.endswith("}") and 1 <= s.step <= 3 for s in snippets)
-    assert {s.step for s in snippets} == {1, 2, 3}
+    assert snippets and all(s is not None and s.text.endswith("}") and 1 <= s.step <= 2 for s in snippets)
+    assert {s.step for s in snippets} == {1, 2}  # the same 4 prompts come back at step 2
     assert re.search(r'<span class="ptitle">Compute [^<]+\.</span>', page)  # the problem, not a hash
     assert re.search(r"<pre>[^<]*\\boxed\{-?\d+\}</pre>", page)  # completions shown in their clusters
     assert int(re.search(r'data-largest_wrong="(\d+)"', page).group(1)) >= 2
