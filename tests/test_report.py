@@ -147,6 +147,20 @@ def test_report_of_a_made_run_shows_clusters_rollouts_and_passk(made_run, tmp_pa
     assert custom.read_text().count('<article class="rollout"') == 1
 
 
+def test_a_stopped_run_is_read_from_its_newest_checkpoint(tmp_path):
+    for step in (2, 10):  # numeric order: checkpoint-10 is newer than checkpoint-2
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        history = [{"step": s, "reward": s / 10} for s in range(1, step + 1)]
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(
+            json.dumps({"log_history": history})
+        )
+    data = collect_run(tmp_path)
+    assert (
+        data.log_source == tmp_path / "checkpoint-10" / "trainer_state.json" and len(data.log_history) == 10
+    )
+    assert "10 logged steps" in write_report(tmp_path).read_text()
+
+
 def test_report_of_an_empty_folder_says_what_is_missing(tmp_path):
     page = write_report(tmp_path).read_text()
     assert "No logged metrics found" in page and "No eval summary" in page
