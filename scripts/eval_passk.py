@@ -20,41 +20,17 @@ problems already in ``samples.jsonl`` are skipped).
 
 Outputs: ``samples.jsonl``, ``summary.json``, ``passk.csv``, ``passk.png`` (see
 ``hf_meds_cliff.evaluation.runner``).
+
+The code lives in the package (``hf_meds_cliff.scripts.eval_passk``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
+from hf_meds_cliff.scripts.eval_passk import configure_logging, main, make_parser, parse_args
 
-from transformers import HfArgumentParser
-
-from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, run_evaluation
-
-logger = logging.getLogger("eval_passk")
-
-
-def main(args: EvalArguments) -> dict | None:
-    if args.compare:
-        plot_path, csv_path = compare_summaries(args.compare, args.output_dir)
-        logger.info("Wrote %s and %s", plot_path, csv_path)
-        return None
-    summary = run_evaluation(args)
-    for benchmark, block in {
-        **summary["benchmarks"],
-        **({"average": summary["average"]} if "average" in summary else {}),
-    }.items():
-        curve = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in block["pass@k"].items())
-        logger.info(
-            "%s: %s  mean@n=%.2f  maj@n=%.2f", benchmark, curve, 100 * block["mean@n"], 100 * block["maj@n"]
-        )
-    logger.info("Results in %s", args.output_dir)
-    return summary
-
+__all__ = ["main", "make_parser", "parse_args"]
 
 if __name__ == "__main__":
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    (eval_args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses()
-    main(eval_args)
+    configure_logging()
+    main(parse_args())

@@ -22,61 +22,22 @@ every judge prompt of a query repeats the problem and the reference solution.
 
 A small local teacher on the training machine instead: `--cliff_teacher transformers --cliff_teacher_model PATH`.
 Every `cliff_*` option is listed by `python scripts/train_cliff.py --help`.
+
+The code lives in the package (``hf_meds_cliff.scripts.train_cliff``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
+from hf_meds_cliff.scripts.train_cliff import (
+    TeacherArguments,
+    apply_teacher_arguments,
+    main,
+    make_parser,
+    parse_args,
+)
 
-from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
-from hf_meds_cliff.script_utils import parse_script_args, run_training
-
-
-@dataclass
-class TeacherArguments:
-    """Shorthands for an HTTP teacher (they set ``cliff_teacher='http'`` and its URL and model)."""
-
-    teacher_base_url: str | None = field(
-        default=None,
-        metadata={
-            "help": "Base URL of an OpenAI-compatible teacher, e.g. http://localhost:8001/v1 (`vllm serve`)."
-        },
-    )
-    teacher_model: str | None = field(
-        default=None, metadata={"help": "Model name the teacher endpoint serves, e.g. Qwen/Qwen3-32B."}
-    )
-
-
-def apply_teacher_arguments(training_args: CliffConfig, teacher_args: TeacherArguments) -> CliffConfig:
-    """Fold ``--teacher_base_url/--teacher_model`` into the config."""
-    if teacher_args.teacher_base_url is None and teacher_args.teacher_model is None:
-        return training_args
-    if not teacher_args.teacher_base_url or not teacher_args.teacher_model:
-        raise ValueError(
-            f"--teacher_base_url ({teacher_args.teacher_base_url!r}) and --teacher_model "
-            f"({teacher_args.teacher_model!r}) go together: give both to train with an HTTP teacher."
-        )
-    training_args.cliff_teacher = "http"
-    training_args.cliff_teacher_base_url = teacher_args.teacher_base_url
-    training_args.cliff_teacher_model = teacher_args.teacher_model
-    return training_args
-
-
-def main(script_args, training_args, model_args, teacher_args=None):
-    if teacher_args is not None:
-        training_args = apply_teacher_arguments(training_args, teacher_args)
-    trainer = run_training(CliffGRPOTrainer, script_args, training_args, model_args)
-    trainer.close_teacher()
-    trainer.accelerator.print(f"Model, tokenizer and metrics.jsonl written to {training_args.output_dir}")
-    return trainer
-
-
-def parse_args(argv=None):
-    return parse_script_args(
-        CliffConfig, "cliff", argv=argv if argv is not None else sys.argv[1:], extra=[TeacherArguments]
-    )
-
+__all__ = ["TeacherArguments", "apply_teacher_arguments", "main", "make_parser", "parse_args"]
 
 if __name__ == "__main__":
     main(*parse_args()).end()

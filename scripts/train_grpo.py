@@ -19,19 +19,16 @@ The DAPO baseline of the MEDS paper (loss, clip-higher, overlong penalty, dynami
 
 Flags given after ``--config`` override the file.
 Add ``--use_peft --lora_r 64 --lora_alpha 128`` for LoRA.
+
+The code lives in the package (``hf_meds_cliff.scripts.train_grpo``), shared with the
+``hf-meds-cliff`` command.
 """
 
 from __future__ import annotations
 
-from hf_meds_cliff.dapo import DAPOConfig, DAPOTrainer
-from hf_meds_cliff.script_utils import parse_script_args, run_training
+from hf_meds_cliff.scripts.train_grpo import main, make_parser, parse_args
 
-
-def main(script_args, training_args, model_args):
-    trainer = run_training(DAPOTrainer, script_args, training_args, model_args)
-    trainer.accelerator.print(f"Model, tokenizer and metrics.jsonl written to {training_args.output_dir}")
-    return trainer
-
+__all__ = ["main", "make_parser", "parse_args"]
 
 if __name__ == "__main__":
-    main(*parse_script_args(DAPOConfig, "grpo")).end()
+    main(*parse_args()).end()

@@ -405,3 +405,40 @@ def test_ungraded_rollouts_are_never_judged_and_never_decide_a_group(judge_facto
     assert outcome.first_mistake == [None, 1, None, None, None, None, None]
     assert teacher.judge_calls == [WRONG_AT_1] and teacher.solve_calls == [PROBLEM]
     assert outcome.counters["ungraded"] == 4 and outcome.counters["rollouts_with_mistake"] == 1
+
+
+def test_judge_details_say_how_each_wrong_rollout_was_decided(judge_factory):
+    """What the report shows: the raw answer of the teacher per judged rollout, cache hits, truncation."""
+    raw_1 = Judgment(first_mistake=1, verdict_correct=False, status="ok", raw='{"first_mistake": 1}')
+    teacher = ScriptedTeacher({PROBLEM: RIGHT}, {WRONG_AT_1: raw_1, WRONG_AT_2: NO_MISTAKE})
+    judge = judge_factory(teacher)
+    rows = make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1, WRONG_AT_2, WRONG_AT_2])], truncated={3})
+    outcome = judge.process_step(rows)
+    assert outcome.references == {f"key-{PROBLEM}": RIGHT}
+    assert outcome.judge_details == {
+        1: {
+            "source": "judged",
+            "raw": ['{"first_mistake": 1}'],
+            "statuses": ["ok"],
+            "votes": [1],
+            "agreed": True,
+        },
+        2: {
+            "source": "judged",
+            "raw": [""],
+            "statuses": ["ok"],
+            "votes": [None],
+            "agreed": False,
+        },  # disagreement
+        3: {"source": "truncated"},
+    }
+    again = judge.process_step(make_rows([(PROBLEM, "9", [RIGHT, WRONG_AT_1])]))
+    assert again.judge_details == {1: {"source": "cached", "agreed": True}} and again.first_mistake == [
+        None,
+        1,
+    ]
+    unverified = judge_factory(ScriptedTeacher({})).process_step(
+        make_rows([("other", "9", [RIGHT, WRONG_AT_1])])
+    )
+    assert unverified.judge_details == {1: {"source": "unverified"}}
+    assert unverified.references == {"key-other": None}

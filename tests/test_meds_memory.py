@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from hf_meds_cliff.meds import ErrorMemory, hdbscan_labels
-from hf_meds_cliff.meds.memory import MEMORY_JSON_NAME, MEMORY_NPZ_NAME, _knn_vote
+from hf_meds_cliff.meds.memory import (
+    MEMORY_JSON_NAME,
+    MEMORY_NPZ_NAME,
+    MEMORY_SNIPPETS_NAME,
+    RowSnippet,
+    _knn_vote,
+)
 
 
 def unit(degrees: float) -> list[float]:
@@ -165,6 +171,55 @@ def test_save_load_round_trip_and_identical_future(tmp_path):
 
     empty = ErrorMemory(min_cluster_size=3)
     assert ErrorMemory.load(empty.save(tmp_path / "empty")).state_equal(empty)
+
+
+def test_snippets_follow_their_rows_through_eviction_and_checkpoints(tmp_path):
+    memory = ErrorMemory(max_rows_per_key=4)
+    first = [RowSnippet(f"answer \\boxed{{{i}}} <b>", step=1, sample=i) for i in range(3)]
+    memory.assign_and_update(["q", "q", "r"], np.array([unit(0), unit(1), unit(90)]), snippets=first)
+    second = [RowSnippet("é \\boxed{7}", step=2, sample=0), None, RowSnippet("late", step=2, sample=5)]
+    memory.assign_and_update(["q", "q", "q"], np.array([unit(2), unit(3), unit(4)]), snippets=second)
+    # q got 5 rows, the cap is 4: the oldest row (step 1, sample 0) left with its snippet.
+    assert memory.stored_snippets("q") == [first[1], second[0], None, second[2]]
+    assert memory.stored_snippets("r") == [first[2]]
+    without_snippets = ErrorMemory(max_rows_per_key=4)
+    without_snippets.assign_and_update(["q", "q", "r"], np.array([unit(0), unit(1), unit(90)]))
+    without_snippets.assign_and_update(["q", "q", "q"], np.array([unit(2), unit(3), unit(4)]))
+    assert without_snippets.fingerprint() == memory.fingerprint()  # snippets never change assignments
+
+    memory.set_note("q", "Compute 1 + 2.")
+    with pytest.raises(KeyError, match="'nope' is not in the memory"):
+        memory.set_note("nope", "x")
+    memory.save(tmp_path)
+    lines = (tmp_path / MEMORY_SNIPPETS_NAME).read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4 and json.loads(lines[0]) == {
+        "row_id": 1, "text": "answer \\boxed{1} <b>", "step": 1, "sample": 1,
+    }  # fmt: skip
+    restored = ErrorMemory.load(tmp_path)
+    assert restored.state_equal(memory)
+    for key in ("q", "r"):
+        assert restored.stored_snippets(key) == memory.stored_snippets(key)
+    assert (restored.note("q"), restored.note("r")) == ("Compute 1 + 2.", None)
+
+    # Saving a memory without snippets into the same folder removes the stale file.
+    without_snippets.save(tmp_path)
+    assert not (tmp_path / MEMORY_SNIPPETS_NAME).exists()
+    assert ErrorMemory.load(tmp_path).stored_snippets("q") == [None] * 4
+
+    memory.save(tmp_path)
+    (tmp_path / MEMORY_SNIPPETS_NAME).write_text('{"row_id": 1}\n')
+    with pytest.raises(ValueError, match="meds_snippets.jsonl does not match .*integrity record"):
+        ErrorMemory.load(tmp_path)  # the JSON's integrity record covers the snippets file too
+    header_path = tmp_path / "meds_memory.json"
+    header = json.loads(header_path.read_text())
+    del header["snippets_sha256"]  # a header without the record: the malformed line itself is reported
+    header_path.write_text(json.dumps(header))
+    with pytest.raises(ValueError, match="line 1 is not a snippet record"):
+        ErrorMemory.load(tmp_path)
+    with pytest.raises(ValueError, match="snippets has 1 entries but features has 2 rows"):
+        memory.assign_and_update(["q", "q"], np.array([unit(0), unit(1)]), snippets=[None])
+    with pytest.raises(TypeError, match="snippets must be RowSnippet or None, got str"):
+        memory.assign_and_update(["q"], np.array([unit(0)]), snippets=["text"])
 
 
 def test_fingerprint_sees_state_changes():

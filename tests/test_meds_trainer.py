@@ -261,6 +261,10 @@ def test_two_processes_match_one_process(toy_policy_path, tmp_path):
         assert len(rank_result["stored_features"]) == len(reference["stored_features"])
         for rows, reference_rows in zip(rank_result["stored_features"], reference["stored_features"]):
             np.testing.assert_allclose(rows, reference_rows, atol=1e-5)
+        # Snippets and problem notes are gathered like the features: every rank stores the same ones.
+        assert rank_result["snippets"] == reference["snippets"] and rank_result["notes"] == reference["notes"]
+    assert all(note and note.startswith("Compute") for note in reference["notes"])
+    assert all(s is not None and s[1] == 1 for rows in reference["snippets"] for s in rows)
     rank0, rank1 = ranks
     assert rank0["fingerprint_fixed"] == rank1["fingerprint_fixed"]
     assert rank0["fingerprint_train"] == rank1["fingerprint_train"]

@@ -57,12 +57,21 @@ def reproduce_command(argv: list[str] | None = None) -> str:
     """The command line of this process, quoted for a shell (``accelerate launch`` shows as ``python``).
 
     Secrets (``--hub_token``, API keys, passwords; see :mod:`hf_meds_cliff.redaction`) become ``<redacted>``:
-    the card is uploaded with the model.
+    the card is uploaded with the model. A run started by ``hf-meds-cliff <command>`` (whose process runs a
+    module of :mod:`hf_meds_cliff.scripts`) shows as that command, not as the installed file's path.
     """
     from .redaction import redact_argv
 
-    argv = sys.argv if argv is None else argv
-    return " ".join(["python", *(shlex.quote(a) for a in redact_argv(argv))])
+    argv = redact_argv(sys.argv if argv is None else argv)
+    if argv:
+        from .cli import PROG, TRAINING_COMMANDS
+
+        package_scripts = Path(__file__).resolve().parent / "scripts"
+        script = Path(argv[0])
+        for command, (module_name, _) in TRAINING_COMMANDS.items():
+            if script.name == f"{module_name}.py" and script.resolve().parent == package_scripts:
+                return " ".join([PROG, command, *(shlex.quote(a) for a in argv[1:])])
+    return " ".join(["python", *(shlex.quote(a) for a in argv)])
 
 
 def model_index_from_summary(summary: Mapping[str, Any], model_name: str) -> list[dict[str, Any]]:

@@ -116,6 +116,14 @@ def build_parser(config_cls: type, *extra: type) -> TrlParser:
     return TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
 
 
+def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:
+    """``argv`` with ``--config <the packaged toy recipe>`` first when it names neither config nor model."""
+    args = list(argv)
+    if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
+        args = ["--config", str(toy_recipe_path(method)), *args]
+    return args
+
+
 def parse_script_args(
     config_cls: type, method: str, argv: Sequence[str] | None = None, extra: Sequence[type] = ()
 ):
@@ -124,12 +132,10 @@ def parse_script_args(
     Without ``--config`` and without ``--model_name_or_path`` the packaged toy recipe for ``method`` is
     loaded first, so ``python scripts/train_<method>.py`` alone is the CPU toy run.
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = with_toy_recipe(sys.argv[1:] if argv is None else argv, method)
     from .redaction import redact_secrets_in_logs, secret_values
 
     redact_secrets_in_logs(secret_values(args))  # e.g. --hub_token: never in a log line, whoever logs it
-    if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
-        args = ["--config", str(toy_recipe_path(method)), *args]
     parser = build_parser(config_cls, *extra)
     try:
         parsed = parser.parse_args_and_config(args=args)

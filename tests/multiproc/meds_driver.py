@@ -125,6 +125,11 @@ def run_fixed_batches(trainer: MEDSGRPOTrainer) -> dict:
         "fingerprint_fixed": memory.fingerprint(),
         "fixed_memory_rows": memory.num_rows,
         "stored_features": [memory.stored_features(key).tolist() for key in sorted(memory.keys(), key=str)],
+        "snippets": [
+            [None if s is None else [s.text, s.step, s.sample] for s in memory.stored_snippets(key)]
+            for key in sorted(memory.keys(), key=str)
+        ],
+        "notes": [memory.note(key) for key in sorted(memory.keys(), key=str)],
     }
 
 

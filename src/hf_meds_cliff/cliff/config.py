@@ -43,6 +43,11 @@ class CliffConfig(DAPOConfig):
             verify the teacher's reference solutions.
         cliff_allow_missing_state_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
             `cliff_state.json` by starting with empty caches (otherwise that is an error naming the checkpoint).
+        cliff_log_rollouts (`int`, defaults to `64`), cliff_log_max_chars (`int`, defaults to `4000`):
+            Per training step, at most this many incorrect rollouts of groups that needed the teacher are
+            appended to ``<output_dir>/cliff_rollouts.jsonl`` (text, sentences, first mistake, the teacher's
+            raw answers, the reference), each text cut to ``cliff_log_max_chars``; read by
+            ``hf-meds-cliff report``. 0 turns it off.
     """
 
     cliff_lam: float = field(
@@ -165,8 +170,30 @@ class CliffConfig(DAPOConfig):
         },
     )
 
+    cliff_log_rollouts: int = field(
+        default=64,
+        metadata={
+            "help": "Incorrect rollouts per step (of groups that needed the teacher) appended with their "
+            "judgment, "
+            "the teacher's raw answers and the reference to <output_dir>/cliff_rollouts.jsonl, for "
+            "`hf-meds-cliff report`; 0 = off."
+        },
+    )
+    cliff_log_max_chars: int = field(
+        default=4000,
+        metadata={
+            "help": "Cap, in characters, of each text (rollout, teacher answer, reference) in that log."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        if self.cliff_log_rollouts < 0 or self.cliff_log_max_chars < 1:
+            raise ValueError(
+                f"cliff_log_rollouts={self.cliff_log_rollouts} must be >= 0 (0 = off) and "
+                "cliff_log_max_chars="
+                f"{self.cliff_log_max_chars} >= 1."
+            )
         if not 0.0 <= self.cliff_lam <= 1.0:
             raise ValueError(
                 f"cliff_lam={self.cliff_lam!r} is outside [0, 1]. λ weighs the correct prefix of an incorrect rollout "

@@ -183,6 +183,13 @@ class StepOutcome:
             disagreement, malformed answer). Non-empty spans mark the rows counted in the position metrics.
         counters: step counters (summed over the step, not averaged), see :meth:`CliffJudge.process_step`.
         values: per-row or per-rollout samples of step statistics whose mean is logged (e.g. agreement).
+        judge_details: for people inspecting a run, per incorrect row of a group that needed a teacher:
+            ``source`` (``"judged"``, ``"cached"``, ``"truncated"`` or ``"unverified"``: no verified
+            reference), and for judged rows the teacher's answers ``raw``, their ``statuses`` and ``votes``
+            (one per self-consistency call); judged and cached rows of Cliff groups also get ``agreed``
+            (True: the teacher located a mistake, False: it found none, a disagreement with the verifier;
+            None: no usable answer).
+        references: the reference solution used per prompt key this step (None = not verified).
     """
 
     group_modes: list[str]
@@ -190,6 +197,8 @@ class StepOutcome:
     sentence_spans: list[list[tuple[int, int]]]
     counters: Counter = field(default_factory=Counter)
     values: dict[str, list[float]] = field(default_factory=dict)
+    judge_details: dict[int, dict[str, Any]] = field(default_factory=dict)
+    references: dict[str, str | None] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -357,12 +366,14 @@ class CliffJudge:
             logger.warning("Teacher.judge raised %s: %s", type(error).__name__, error)
             judgment = Judgment(first_mistake=None, verdict_correct=None, status="error", raw=repr(error))
         first_mistake = judgment.first_mistake
+        raw = judgment.raw if isinstance(judgment.raw, str) else repr(judgment.raw)
         if first_mistake is not None and not 0 <= first_mistake < len(sentences):
-            return {"first_mistake": None, "status": "out_of_range", "endpoint_failure": False}
+            return {"first_mistake": None, "status": "out_of_range", "endpoint_failure": False, "raw": raw}
         return {
             "first_mistake": first_mistake,
             "status": judgment.status,
             "endpoint_failure": is_endpoint_failure(judgment),
+            "raw": raw,
         }
 
     def _sharded_calls(
@@ -418,6 +429,7 @@ class CliffJudge:
         modes: dict[int, str] = {}
         first_mistake: list[int | None] = [None] * n
         spans: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        details: dict[int, dict[str, Any]] = {}
 
         # 1. zero-variance groups; which groups need a teacher at all
         needs_reference: list[int] = []
@@ -435,6 +447,7 @@ class CliffJudge:
                 first_mistake[i] = 0
                 if rows.is_truncated[i]:
                     counters["truncated"] += 1
+                    details[i] = {"source": "truncated"}
             if any(not rows.is_truncated[i] for i in incorrect):
                 needs_reference.append(group)
 
@@ -484,6 +497,9 @@ class CliffJudge:
                 modes[group] = (
                     GROUP_FALLBACK_ENDPOINT if key in endpoint_failed_keys else GROUP_FALLBACK_UNVERIFIED
                 )
+                details.update(
+                    {i: {"source": "unverified"} for i in members[group] if rows.is_correct[i] is False}
+                )
                 continue
             for i in members[group]:
                 if rows.is_correct[i] is not False or rows.is_truncated[i]:  # correct or ungraded
@@ -492,6 +508,7 @@ class CliffJudge:
                 if self.use_judgment_cache and cache_key in self.judgments:
                     cached[i] = self.judgments[cache_key]
                     counters["judgment_cache_hits"] += 1
+                    details[i] = {"source": "cached"}
                 else:
                     judge_rows.append(i)
         row_sentences: dict[int, list[tuple[int, int]]] = {}
@@ -512,6 +529,12 @@ class CliffJudge:
         endpoint_failed_groups: set[int] = set()
         for position, i in enumerate(judge_rows):
             results = judge_results[position * self.self_consistency : (position + 1) * self.self_consistency]
+            details[i] = {
+                "source": "judged",
+                "raw": [result.get("raw", "") for result in results],
+                "statuses": [result["status"] for result in results],
+                "votes": [result["first_mistake"] for result in results],
+            }
             votes: list[int | None] = []
             endpoint_failures = 0
             for result in results:
@@ -542,6 +565,8 @@ class CliffJudge:
             group = rows.group_ids[i]
             if modes[group] != GROUP_CLIFF:
                 continue
+            if i in details:
+                details[i]["agreed"] = decision["agreed"]
             if decision["agreed"] is True:
                 counters["agreements"] += 1
             elif decision["agreed"] is False:
@@ -576,6 +601,8 @@ class CliffJudge:
             sentence_spans=spans,
             counters=counters,
             values=values,
+            judge_details=details,
+            references=dict(references),
         )
 
 

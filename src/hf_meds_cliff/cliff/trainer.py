@@ -31,6 +31,8 @@ from .teachers.rule_based import RuleBasedToyTeacher
 logger = logging.getLogger(__name__)
 
 CLIFF_STATE_NAME = "cliff_state.json"
+ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
+"""Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
 
 
 class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
@@ -224,6 +226,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         self._check_rule_teacher_reads(rows.problems)
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
+        if args.cliff_log_rollouts and accelerator.is_main_process:
+            self._cliff_log_rollouts(rows, outcome)
         # Judge inspection: each rollout's first-mistake sentence (None = plain GRPO) beside TRL's completions table,
         # which super() has just extended with this step's gathered completions in the same order.
         self._logs["extra"]["cliff_first_mistake"].extend(outcome.first_mistake)
@@ -277,6 +281,53 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 "serve, a hosted API), a local model (`--cliff_teacher transformers --cliff_teacher_model <path or "
                 "hub id>`), or your own object passed as CliffGRPOTrainer(..., teacher=...)."
             )
+
+    def _cliff_log_rollouts(self, rows: StepRows, outcome: StepOutcome) -> None:
+        """Append this step's first ``cliff_log_rollouts`` judged rollouts to ``cliff_rollouts.jsonl``.
+
+        Main process only. Each line: step, sample (row of the gathered batch), prompt key, problem, ground
+        truth, completion, its sentence spans (character offsets, as the teacher saw them), group mode, first
+        mistake (None = plain GRPO), how it was decided (``source``: judged / cached / truncated / unverified;
+        ``agreed``: the teacher located a mistake / found none / gave no usable answer) with the teacher's raw
+        answers, and the reference. Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are
+        dropped). After a resume, steps logged twice keep their last line (readers dedupe by step and sample).
+        """
+        cap = self.args.cliff_log_max_chars
+
+        def cut(text: str | None) -> str | None:
+            return text if text is None or len(text) <= cap else text[:cap] + "…"
+
+        records = []
+        for i, detail in sorted(outcome.judge_details.items()):
+            if len(records) == self.args.cliff_log_rollouts:
+                break
+            text = rows.completions[i]
+            spans = outcome.sentence_spans[i] or self.cliff_judge.split(text)
+            records.append(
+                {
+                    "step": self.state.global_step + 1,
+                    "sample": i,
+                    "prompt_key": rows.prompt_keys[i],
+                    "problem": cut(rows.problems[i]),
+                    "ground_truth": rows.ground_truths[i],
+                    "completion": cut(text),
+                    "sentences": [[start, end] for start, end in spans if end <= cap],
+                    "is_truncated": rows.is_truncated[i],
+                    "group_mode": outcome.group_modes[i],
+                    "first_mistake": outcome.first_mistake[i],
+                    "source": detail["source"],
+                    "agreed": detail.get("agreed"),
+                    "teacher_raw": [cut(raw) for raw in detail.get("raw", [])],
+                    "teacher_statuses": detail.get("statuses", []),
+                    "teacher_votes": detail.get("votes", []),
+                    "reference": cut(outcome.references.get(rows.prompt_keys[i])),
+                }
+            )
+        if not records:
+            return
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        with open(os.path.join(self.args.output_dir, ROLLOUT_LOG_NAME), "a", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
 
     def _teacher_counter_deltas(self, world_size: int) -> Counter:
         """What the teachers of all processes counted during this step (requests, retries, failures by kind)."""

@@ -48,6 +48,10 @@ class MEDSConfig(DAPOConfig):
             resume.
         meds_allow_empty_memory_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
             memory by starting from an empty one (otherwise that is an error naming the checkpoint).
+        meds_store_snippets (`bool`, defaults to `True`), meds_snippet_max_chars (`int`, defaults to `256`):
+            Keep, per stored memory row, the answer region of its completion (at most this many characters)
+            with its step and sample, so reports can show what a cluster's completions said; saved with the
+            memory.
     """
 
     meds_alpha: float = field(
@@ -154,8 +158,29 @@ class MEDSConfig(DAPOConfig):
         },
     )
 
+    meds_store_snippets: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep, per stored memory row, a bounded snippet of its completion (the answer region, "
+            "with its "
+            "step and sample) for `hf-meds-cliff report`; saved with the memory. Costs about "
+            "meds_snippet_max_chars bytes per row."
+        },
+    )
+    meds_snippet_max_chars: int = field(
+        default=256,
+        metadata={
+            "help": "Length cap of a stored snippet, in characters (its end is the last \\boxed{...})."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
+        if self.meds_snippet_max_chars < 1:
+            raise ValueError(
+                f"meds_snippet_max_chars={self.meds_snippet_max_chars} must be >= 1; turn snippets off with "
+                "meds_store_snippets=False instead."
+            )
         for name in ("meds_alpha", "meds_beta"):
             value = getattr(self, name)
             if not value >= 0:

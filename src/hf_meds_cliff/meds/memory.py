@@ -57,9 +57,13 @@ rows of a key *after* appending and *before* the refit, so the stored labels alw
 exactly the stored rows and the next step's cluster sizes count only rows still in memory.
 
 Checkpoints: :meth:`ErrorMemory.save` writes ``meds_memory.npz`` (features, labels, row ids and
-spanning trees of all keys, concatenated with offsets) and ``meds_memory.json`` (configuration,
-keys in a typed JSON encoding, counters, and an integrity record: the npz's SHA-256 and the memory's
-fingerprint). Both are written atomically, the JSON last. :meth:`ErrorMemory.load` restores a memory whose
+spanning trees of all keys, concatenated with offsets), ``meds_memory.json`` (configuration,
+keys in a typed JSON encoding, counters, optional per-key notes such as the problem text, and an integrity
+record: the SHA-256 of the other files and the memory's fingerprint) and, when rows carry them,
+``meds_snippets.jsonl`` (one line per stored row: its id, the training step and sample it came from, and a
+bounded snippet of the completion's answer region, :class:`RowSnippet`), so a person can read what the
+completions of a cluster said; snippets and notes never influence assignments and are not part of the
+fingerprint. All are written atomically, the JSON last. :meth:`ErrorMemory.load` restores a memory whose
 :meth:`~ErrorMemory.fingerprint` and future assignments equal the original's, and rejects mismatched,
 truncated or edited files with an error naming the file.
 
@@ -83,7 +87,8 @@ import math
 import os
 import time
 import zipfile
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +101,7 @@ logger = logging.getLogger(__name__)
 
 NOISE_LABEL = -1
 NOISE_POLICIES = ("cluster", "ignore")
+MEMORY_SNIPPETS_NAME = "meds_snippets.jsonl"
 MEMORY_NPZ_NAME = "meds_memory.npz"
 MEMORY_JSON_NAME = "meds_memory.json"
 _FORMAT_VERSION = 2
@@ -420,17 +426,60 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-class _KeyMemory:
-    """Stored rows of one key: features (n, d), row ids (n,), labels (n,) and the MST of the last
-    fit ((n - 1, 3), or None when it must be rebuilt densely)."""
+@dataclass(frozen=True)
+class RowSnippet:
+    """What a stored row's completion said, for people looking at a cluster (not used by the algorithm).
 
-    __slots__ = ("features", "labels", "row_ids", "spanning_tree")
+    Attributes:
+        text: a bounded piece of the completion, its answer region (see :func:`answer_region`).
+        step: the training step whose generation produced the completion (as in the logs, 1-based).
+        sample: the completion's index in that step's gathered batch (group = ``sample // num_generations``).
+    """
+
+    text: str
+    step: int
+    sample: int
+
+
+def answer_region(text: str, max_chars: int) -> str:
+    r"""At most ``max_chars`` characters of ``text`` ending where its last ``\boxed{...}`` closes.
+
+    The answer and the reasoning just before it are what an error cluster has in common. Without a box the
+    end of the text is kept. A cut is marked with a leading ``…`` (counted in ``max_chars``).
+
+    >>> answer_region("7 + 5 = 12. 12 * 3 = 36. The answer is \\boxed{36}. Done.", 30)
+    '… 36. The answer is \\boxed{36}'
+    >>> answer_region("2 + 2 = 4.", 30)
+    '2 + 2 = 4.'
+    """
+    from ..rewards.extraction import _COMMAND_PATTERN, _matching_brace
+
+    if max_chars < 1:
+        raise ValueError(f"max_chars={max_chars} must be >= 1.")
+    end = len(text)
+    commands = list(_COMMAND_PATTERN.finditer(text))
+    if commands:
+        brace = text.find("{", commands[-1].end())
+        close = _matching_brace(text, brace) if brace == commands[-1].end() else None
+        if close is not None:
+            end = close + 1
+    if end <= max_chars:
+        return text[:end]
+    return "…" + text[end - max_chars + 1 : end]
+
+
+class _KeyMemory:
+    """Stored rows of one key: features (n, d), row ids (n,), labels (n,), the MST of the last
+    fit ((n - 1, 3), or None when it must be rebuilt densely) and the rows' snippets (n, or None each)."""
+
+    __slots__ = ("features", "labels", "row_ids", "snippets", "spanning_tree")
 
     def __init__(self, dim: int):
         self.features = np.zeros((0, dim), dtype=np.float64)
         self.row_ids = np.zeros(0, dtype=np.int64)
         self.labels = np.zeros(0, dtype=np.int64)
         self.spanning_tree: np.ndarray | None = np.zeros((0, 3), dtype=np.float64)
+        self.snippets: list[RowSnippet | None] = []
 
     @property
     def num_rows(self) -> int:
@@ -474,6 +523,7 @@ class ErrorMemory:
             None if max_rows_per_key is None else _check_int("max_rows_per_key", max_rows_per_key, 1)
         )
         self._entries: dict[Hashable, _KeyMemory] = {}
+        self._notes: dict[Hashable, str] = {}
         self._dim: int | None = None
         self._next_row_id = 0
         self._num_updates = 0
@@ -534,6 +584,21 @@ class ErrorMemory:
         """Labels (n,) of the last fit of ``key`` (-1 = noise), aligned with :meth:`stored_features`."""
         return self._entry(key).labels.copy()
 
+    def note(self, key: Hashable) -> str | None:
+        """The text attached to ``key`` with :meth:`set_note` (e.g. the problem of a prompt), or None."""
+        return self._notes.get(_canonical_key(key))
+
+    def set_note(self, key: Hashable, text: str) -> None:
+        """Attach a human-readable ``text`` to a stored ``key`` (saved with the memory, never clustered)."""
+        if not isinstance(text, str):
+            raise TypeError(f"A note must be a str, got {type(text).__name__}.")
+        self._entry(key)  # raises KeyError for an unknown key
+        self._notes[_canonical_key(key)] = text
+
+    def stored_snippets(self, key: Hashable) -> list[RowSnippet | None]:
+        """Snippets of the stored rows of ``key`` (None where none was given), as :meth:`stored_labels`."""
+        return list(self._entry(key).snippets)
+
     def _entry(self, key: Hashable) -> _KeyMemory:
         canonical = _canonical_key(key)
         if canonical not in self._entries:
@@ -554,13 +619,17 @@ class ErrorMemory:
 
     # ---------------------------------------------------------------- the step
 
-    def assign_and_update(self, keys: Iterable[Hashable], features: Any) -> np.ndarray:
+    def assign_and_update(
+        self, keys: Iterable[Hashable], features: Any, snippets: Sequence[RowSnippet | None] | None = None
+    ) -> np.ndarray:
         """Cluster sizes of the new rows under the previous fit, then append and refit.
 
         Args:
             keys: n hashables (str, int, bool or tuples of them), one per row.
             features: (n, d) floats (numpy array or CPU/GPU tensor), L2-normalised here; ``d``
                 must stay the same for the life of the memory.
+            snippets: optional, n :class:`RowSnippet` (or None) stored beside the rows for inspection
+                (:meth:`stored_snippets`, checkpoints); they do not influence any assignment.
 
         Returns:
             (n,) int64: per row, the number of stored rows (before this call) carrying the label its
@@ -580,6 +649,22 @@ class ErrorMemory:
                 f"the feature options (layers, differences) fixed for a run or start a new ErrorMemory."
             )
         num_rows = matrix.shape[0]
+        if snippets is None:
+            snippets = [None] * num_rows
+        else:
+            snippets = list(snippets)
+            if len(snippets) != num_rows:
+                raise ValueError(
+                    f"snippets has {len(snippets)} entries but features has {num_rows} rows; pass one "
+                    "snippet "
+                    f"(or None) per row, or no snippets."
+                )
+            for snippet in snippets:
+                if snippet is not None and not isinstance(snippet, RowSnippet):
+                    raise TypeError(
+                        f"snippets must be RowSnippet or None, got {type(snippet).__name__}; build them with "
+                        f"RowSnippet(text=..., step=..., sample=...)."
+                    )
         cluster_sizes = np.zeros(num_rows, dtype=np.int64)
         if num_rows == 0:
             self._last_stats = self._stats(0, {}, cluster_sizes, 0, 0, 0, 0, 0.0, 0.0)
@@ -627,7 +712,9 @@ class ErrorMemory:
         next_row_id = self._next_row_id
         evicted_rows = 0
         for key, rows in rows_by_key.items():
-            refitted[key], evicted = self._refit(self._entries.get(key), points[rows], next_row_id)
+            refitted[key], evicted = self._refit(
+                self._entries.get(key), points[rows], next_row_id, [snippets[row] for row in rows]
+            )
             next_row_id += rows.shape[0]
             evicted_rows += evicted
         new_keys = sum(key not in self._entries for key in refitted)
@@ -650,7 +737,11 @@ class ErrorMemory:
         return cluster_sizes
 
     def _refit(
-        self, entry: _KeyMemory | None, new_points: np.ndarray, first_row_id: int
+        self,
+        entry: _KeyMemory | None,
+        new_points: np.ndarray,
+        first_row_id: int,
+        new_snippets: list[RowSnippet | None],
     ) -> tuple[_KeyMemory, int]:
         """One key's state after appending ``new_points`` (m, d), evicting the oldest rows beyond
         the cap and refitting; ``entry`` is not modified. Returns (new state, rows evicted)."""
@@ -662,11 +753,13 @@ class ErrorMemory:
         refitted.row_ids = np.concatenate(
             [old.row_ids, np.arange(first_row_id, first_row_id + num_new, dtype=np.int64)]
         )
+        refitted.snippets = [*old.snippets, *new_snippets]
         evicted = 0
         if self.max_rows_per_key is not None and refitted.num_rows > self.max_rows_per_key:
             evicted = refitted.num_rows - self.max_rows_per_key
             refitted.features = np.ascontiguousarray(refitted.features[evicted:])
             refitted.row_ids = refitted.row_ids[evicted:]
+            refitted.snippets = refitted.snippets[evicted:]
         points = refitted.features
         if self.min_samples > 1:
             tree = _dense_spanning_tree(points, _core_distances(points, self.min_samples))
@@ -758,7 +851,7 @@ class ErrorMemory:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(directory, (MEMORY_NPZ_NAME, MEMORY_JSON_NAME))
+        remove_stale_temporaries(directory, (MEMORY_NPZ_NAME, MEMORY_JSON_NAME, MEMORY_SNIPPETS_NAME))
         entries = list(self._entries.values())
         dim = self._dim if self._dim is not None else 0
         row_offsets = np.cumsum([0] + [entry.num_rows for entry in entries]).astype(np.int64)
@@ -787,7 +880,21 @@ class ErrorMemory:
             "keys": [_encode_key(key) for key in self._entries],
             "npz_sha256": file_sha256(npz_path),
             "fingerprint": self.fingerprint(),
+            "notes": [self._notes.get(key) for key in self._entries],
         }
+        snippet_lines = [
+            json.dumps({"row_id": int(row_id), **asdict(snippet)}, ensure_ascii=False) + "\n"
+            for entry in entries
+            for row_id, snippet in zip(entry.row_ids, entry.snippets)
+            if snippet is not None
+        ]
+        header["snippets"] = bool(snippet_lines)
+        snippets_path = directory / MEMORY_SNIPPETS_NAME
+        if snippet_lines:
+            write_atomically(snippets_path, lambda handle: handle.write("".join(snippet_lines).encode()))
+            header["snippets_sha256"] = file_sha256(snippets_path)
+        else:
+            snippets_path.unlink(missing_ok=True)  # a stale file from an earlier save must not be read back
         write_atomically(
             directory / MEMORY_JSON_NAME, lambda handle: handle.write(json.dumps(header, indent=1).encode())
         )
@@ -873,6 +980,28 @@ class ErrorMemory:
                 f"{npz_path} does not match the {len(keys)} keys and dim={dim} of {json_path} (array shapes "
                 f"{ {name: value.shape for name, value in data.items()} }); corrupt. {fix}"
             )
+        snippets_by_row: dict[int, RowSnippet] = {}
+        snippets_path = directory / MEMORY_SNIPPETS_NAME
+        if header.get("snippets") and snippets_path.is_file():
+            expected_sha = header.get("snippets_sha256")
+            if expected_sha is not None and file_sha256(snippets_path) != expected_sha:
+                raise ValueError(
+                    f"{snippets_path} does not match {json_path} (SHA-256 differs from the integrity record); "
+                    f"delete {snippets_path.name} to load the memory without snippets, or use an earlier checkpoint."
+                )
+            with snippets_path.open(encoding="utf-8") as handle:
+                for line_number, line in enumerate(handle, start=1):
+                    try:
+                        record = json.loads(line)
+                        snippets_by_row[int(record["row_id"])] = RowSnippet(
+                            text=str(record["text"]), step=int(record["step"]), sample=int(record["sample"])
+                        )
+                    except (ValueError, KeyError, TypeError) as error:
+                        raise ValueError(
+                            f"{snippets_path} line {line_number} is not a snippet record ({error}); the "
+                            "file is "
+                            f"corrupt: delete it to load the memory without snippets."
+                        ) from error
         memory._dim = dim
         memory._next_row_id = header["next_row_id"]
         memory._num_updates = header["num_updates"]
@@ -882,12 +1011,15 @@ class ErrorMemory:
             entry.features = np.ascontiguousarray(data["features"][rows], dtype=np.float64)
             entry.labels = data["labels"][rows].astype(np.int64)
             entry.row_ids = data["row_ids"][rows].astype(np.int64)
+            entry.snippets = [snippets_by_row.get(int(row_id)) for row_id in entry.row_ids]
             if data["has_tree"][index]:
                 tree_rows = slice(tree_offsets[index], tree_offsets[index + 1])
                 entry.spanning_tree = np.ascontiguousarray(data["spanning_trees"][tree_rows])
             else:
                 entry.spanning_tree = None
             memory._entries[key] = entry
+        notes = header.get("notes") or [None] * len(keys)
+        memory._notes = {key: str(note) for key, note in zip(keys, notes) if note is not None}
         if version >= 2 and memory.fingerprint() != header["fingerprint"]:
             raise ValueError(
                 f"{json_path} and {npz_path} do not restore the memory that was saved (fingerprint differs from "

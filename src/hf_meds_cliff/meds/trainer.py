@@ -15,6 +15,7 @@ from trl import GRPOTrainer
 
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import checkpoint_folder
+from ..cliff.protocol import problem_text
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -28,7 +29,7 @@ from .features import (
     resolve_decoder,
     select_layers,
 )
-from .memory import ErrorMemory
+from .memory import ErrorMemory, RowSnippet, answer_region
 from .shaping import shape_rewards, top1_eigen_ratio
 
 logger = logging.getLogger(__name__)
@@ -254,6 +255,25 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             )
         return features, has_feature, "forward"
 
+    def _meds_snippet_texts(self, completion_ids_list) -> list[str] | None:
+        """Answer regions of the gathered batch's completions (``meds_store_snippets``), else None."""
+        if not self.args.meds_store_snippets:
+            return None
+        texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
+        return gather_object([answer_region(text, self.args.meds_snippet_max_chars) for text in texts])
+
+    def _meds_note_problems(self, keys_local, prompts, is_correct, scored) -> None:
+        """Attach the problem text to memory keys without one (for reports; every rank does the same)."""
+        offset = self.accelerator.process_index * len(prompts)
+        missing: dict[tuple[str, bool], str] = {}
+        for j, (key, prompt) in enumerate(zip(keys_local, prompts)):
+            memory_key = (key, bool(is_correct[offset + j]))
+            if scored[offset + j] and memory_key not in missing and self.meds_memory.note(memory_key) is None:
+                text = problem_text(prompt)
+                missing[memory_key] = text if len(text) <= 1000 else text[:1000] + "…"
+        for memory_key, text in gather_object(list(missing.items())):
+            self.meds_memory.set_note(tuple(memory_key), text)
+
     def _meds_prompt_keys(self, inputs: list[dict[str, Any]], prompts: list) -> list[str]:
         column = self.args.meds_prompt_id_column
         if column is not None and inputs and all(column in example for example in inputs):
@@ -289,6 +309,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         features = gather(features_local.to(device)).float().cpu()
         has_feature = gather(has_local.to(device)).bool().cpu()
         keys = gather_object(keys_local)
+        snippet_texts = self._meds_snippet_texts(completion_ids_list)
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
         scored = has_feature & ~torch.isnan(correctness_reward)
         is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
@@ -301,13 +322,19 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             memory_keys = [(keys[i], bool(is_correct[i])) for i in rows]
             torch_threads = torch.get_num_threads()
             try:
-                sizes = self.meds_memory.assign_and_update(memory_keys, features[rows].numpy())
+                snippets = None
+                if snippet_texts is not None:
+                    step = self.state.global_step + 1  # the step these completions train, as it is logged
+                    snippets = [RowSnippet(snippet_texts[i], step=step, sample=int(i)) for i in rows]
+                sizes = self.meds_memory.assign_and_update(memory_keys, features[rows].numpy(), snippets)
             finally:
                 # The first numba-parallel fit initialises the OpenMP runtime torch shares and resets its
                 # thread count (measured: 1 -> 2 on a 2-core box); keep the user's setting for training.
                 torch.set_num_threads(torch_threads)
             sizes = np.asarray(sizes, dtype=np.int64)
             cluster_sizes[rows] = sizes
+            if snippet_texts is not None:
+                self._meds_note_problems(keys_local, prompts, is_correct, scored.numpy())
             rewards = correctness_reward[rows].numpy().astype(np.float64)
             shaped = np.asarray(
                 shape_rewards(

@@ -1,0 +1,187 @@
+"""The ``hf-meds-cliff`` command, in the manner of ``trl grpo --config ...``.
+
+::
+
+    hf-meds-cliff meds   [--config recipe.yaml] [training flags] [accelerate launch flags]
+    hf-meds-cliff cliff  [--config recipe.yaml] [training flags] [accelerate launch flags]
+    hf-meds-cliff grpo   [--config recipe.yaml] [training flags] [accelerate launch flags]
+    hf-meds-cliff eval   --model_name_or_path M --output_dir D [evaluation flags]
+    hf-meds-cliff report RUN_DIR [-o report.html]
+
+The training commands take exactly the arguments of ``scripts/train_<method>.py`` (both run the code of
+:mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags
+the training parser does not know go to ``accelerate launch`` (``--num_processes 8``, ``--config_file ...``,
+or ``--accelerate_config zero3`` for one of TRL's packaged accelerate configs), and the run is started with
+``accelerate launch -m hf_meds_cliff.scripts.train_<method>``. ``eval`` and ``report`` run in this process.
+``hf-meds-cliff <command> --help`` lists every option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+from collections.abc import Sequence
+
+PROG = "hf-meds-cliff"
+
+TRAINING_COMMANDS = {
+    "meds": (
+        "train_meds",
+        "Train with MEDS (memory-enhanced dynamic reward shaping); no flags = the toy world.",
+    ),
+    "cliff": ("train_cliff", "Train with Cliff (first-mistake token advantages); no flags = the toy world."),
+    "grpo": ("train_grpo", "Train the GRPO/DAPO baseline; no flags = the toy world."),
+}
+
+
+def _subtract_subsequence(items: Sequence[str], subsequence: Sequence[str]) -> list[str]:
+    """``items`` without the ordered ``subsequence`` (the strings the training parser did not consume)."""
+    remaining = iter(subsequence)
+    current = next(remaining, None)
+    kept = []
+    for item in items:
+        if current is not None and item == current:
+            current = next(remaining, None)
+        else:
+            kept.append(item)
+    return kept
+
+
+def split_training_arguments(command: str, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split a training command's ``argv`` into ``(accelerate launch flags, training-script flags)``.
+
+    The training parser (with the toy recipe as the default config, as the script uses it) decides: what
+    it does not consume goes to ``accelerate launch``. ``--help`` prints the training parser's help and exits.
+    """
+    from .script_utils import with_toy_recipe
+
+    module_name, _ = TRAINING_COMMANDS[command]
+    module = importlib.import_module(f"hf_meds_cliff.scripts.{module_name}")
+    parser = module.make_parser(prog=f"{PROG} {command}")
+    *_, config_remaining, cli_remaining = parser.parse_args_and_config(
+        with_toy_recipe(argv, module.METHOD), return_remaining_strings=True, separate_remaining_strings=True
+    )
+    if config_remaining:
+        raise ValueError(
+            f"Unknown keys in the --config file: {config_remaining}; remove them or fix their spelling "
+            f"(`{PROG} {command} --help` lists the options)."
+        )
+    from trl.cli.accelerate_config import resolve_accelerate_config_argument
+
+    launch_args = resolve_accelerate_config_argument(list(cli_remaining))
+    return launch_args, _subtract_subsequence(argv, cli_remaining)
+
+
+def run_training_command(command: str, argv: Sequence[str]) -> int:
+    """``accelerate launch [launch flags] -m hf_meds_cliff.scripts.train_<method> [training flags]``."""
+    from accelerate.commands.launch import launch_command, launch_command_parser
+
+    launch_args, script_args = split_training_arguments(command, argv)
+    module_name, _ = TRAINING_COMMANDS[command]
+    accelerate_args = launch_command_parser().parse_args(
+        [*launch_args, "-m", f"hf_meds_cliff.scripts.{module_name}", *script_args]
+    )
+    try:
+        launch_command(accelerate_args)
+    except subprocess.CalledProcessError as error:
+        return error.returncode or 1
+    return 0
+
+
+def run_eval_command(argv: Sequence[str]) -> int:
+    from .scripts import eval_passk
+
+    eval_args = eval_passk.make_parser(prog=f"{PROG} eval").parse_args_into_dataclasses(args=list(argv))[0]
+    eval_passk.configure_logging()
+    eval_passk.main(eval_args)
+    return 0
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "run_dir", help="Output directory of a training run (what `hf-meds-cliff meds/cliff/grpo` wrote)."
+    )
+    parser.add_argument(
+        "-o", "--output", default=None, help="Where to write the HTML file (default: RUN_DIR/report.html)."
+    )
+    parser.add_argument(
+        "--eval_dir",
+        nargs="*",
+        default=[],
+        help="Extra `hf-meds-cliff eval` output folders (with summary.json) to show; those in or next to "
+        "RUN_DIR are found on their own.",
+    )
+    parser.add_argument(
+        "--max_prompts",
+        type=int,
+        default=50,
+        help="MEDS: prompts shown, those with the largest clusters first.",
+    )
+    parser.add_argument(
+        "--max_rollouts", type=int, default=60, help="Cliff: judged rollouts shown, the latest steps first."
+    )
+    return parser
+
+
+def run_report_command(argv: Sequence[str]) -> int:
+    from .report import write_report
+
+    parser = add_report_arguments(
+        argparse.ArgumentParser(
+            prog=f"{PROG} report",
+            description="Write one self-contained, offline HTML report of a training run: metric curves, "
+            "MEDS error clusters with their completions, Cliff's judged rollouts with the first mistake "
+            "highlighted, pass@k.",
+        )
+    )
+    args = parser.parse_args(list(argv))
+    path = write_report(
+        args.run_dir,
+        args.output,
+        eval_dirs=args.eval_dir,
+        max_prompts=args.max_prompts,
+        max_rollouts=args.max_rollouts,
+    )
+    print(f"Report written to {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="MEDS and Cliff reward shaping on TRL's GRPOTrainer: train, evaluate pass@k, and look at "
+        "a run.",
+        allow_abbrev=False,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report}")
+    for name, (_, help_text) in TRAINING_COMMANDS.items():
+        commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
+    commands.add_parser(
+        "eval", help="pass@k of a model on math benchmarks (as scripts/eval_passk.py).", add_help=False
+    )
+    commands.add_parser(
+        "report", help="Write RUN_DIR/report.html, a self-contained view of a run.", add_help=False
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hf-meds-cliff`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, _ = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    rest = argv[argv.index(args.command) + 1 :]
+    if args.command in TRAINING_COMMANDS:
+        return run_training_command(args.command, rest)
+    if args.command == "eval":
+        return run_eval_command(rest)
+    return run_report_command(rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""pass@k evaluation: ``scripts/eval_passk.py`` and ``hf-meds-cliff eval`` (usage in that script).
+
+Writes ``samples.jsonl``, ``summary.json``, ``passk.csv`` and ``passk.png`` (see
+:mod:`hf_meds_cliff.evaluation.runner`); ``--compare DIR DIR ...`` overlays finished runs instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from transformers import HfArgumentParser
+
+from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, run_evaluation
+
+logger = logging.getLogger("eval_passk")
+
+
+def make_parser(prog: str | None = None) -> HfArgumentParser:
+    parser = HfArgumentParser(EvalArguments)
+    if prog is not None:
+        parser.prog = prog
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> EvalArguments:
+    (eval_args,) = make_parser().parse_args_into_dataclasses(args=None if argv is None else list(argv))
+    return eval_args
+
+
+def main(args: EvalArguments) -> dict | None:
+    if args.compare:
+        plot_path, csv_path = compare_summaries(args.compare, args.output_dir)
+        logger.info("Wrote %s and %s", plot_path, csv_path)
+        return None
+    summary = run_evaluation(args)
+    for benchmark, block in {
+        **summary["benchmarks"],
+        **({"average": summary["average"]} if "average" in summary else {}),
+    }.items():
+        curve = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in block["pass@k"].items())
+        logger.info(
+            "%s: %s  mean@n=%.2f  maj@n=%.2f", benchmark, curve, 100 * block["mean@n"], 100 * block["maj@n"]
+        )
+    logger.info("Results in %s", args.output_dir)
+    return summary
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+
+
+if __name__ == "__main__":
+    configure_logging()
+    main(parse_args())
