@@ -77,16 +77,18 @@ FAST_CELLS = {
 # What the user brings: data, reward functions, and (for Cliff) a teacher for their data.
 # ------------------------------------------------------------------------------------------------
 
-QUESTIONS = {"Compute (9 - 4) * 3 + 6.": "21", "Compute 17 - 8 + 15.": "24"}
+QUESTIONS = {"Compute (9 - 4) * 3 + 6.": "21"}
+"""One question the toy policy gets right about 1 time in 3: groups are mixed and it recurs every step, so the
+MEDS memory meets it again in the second generation round whatever order TRL's sampler draws."""
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
 def user_dataset():
-    """Two questions, repeated: enough rows for any generation batch here, and prompts that recur (MEDS memory)."""
+    """The question(s), repeated: enough rows for any generation batch of the matrix."""
     from datasets import Dataset
 
     rows = [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in QUESTIONS.items()]
-    return Dataset.from_list(rows * 32)
+    return Dataset.from_list(rows * 64)
 
 
 def _text(completion) -> str:
