@@ -74,7 +74,8 @@ def build_case(case: str, policy: str, output_dir: str, device: str, steps: int)
     )
     if "gradacc" in case:  # TRL's default steps_per_generation = 2: one generation of 64 rows, 2 chunks of 32
         settings.update(gradient_accumulation_steps=2)
-    if "vllm" in case:  # importance-sampling correction (TRL's default with vLLM) runs the old-log-prob forward
+    if "vllm" in case:
+        # vLLM's importance-sampling correction (TRL's default) runs the old-log-prob forward: MEDS captures there.
         settings.update(
             use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.2,
             vllm_importance_sampling_correction=True,
@@ -115,9 +116,8 @@ def run_case(case: str, policy: str, device: str, steps: int) -> tuple[bool, flo
                 return False, None, f"no {method}/ metrics were logged"
             expected_source = FEATURE_SOURCE.get(case)
             if expected_source and trainer._meds_last_feature_source != expected_source:
-                return False, None, (
-                    f"MEDS features came from {trainer._meds_last_feature_source!r}, expected {expected_source!r}"
-                )
+                source = trainer._meds_last_feature_source
+                return False, None, f"MEDS features came from {source!r}, expected {expected_source!r}"
             if hasattr(trainer, "close_teacher"):
                 trainer.close_teacher()
             # The first step pays for compilation/caches: time the later ones when there are any.

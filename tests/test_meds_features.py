@@ -379,7 +379,9 @@ def test_fsdp2_ranks_with_different_answer_counts(tmp_path, located, layout):
         str(ROOT / "tests" / "multiproc" / "meds_fsdp2_driver.py"),
         "--output_dir", str(tmp_path), "--located", located, "--layout", layout,
     ]  # fmt: skip
-    completed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    completed = subprocess.run(
+        command, check=False, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     counts = [int(n) for n in located.split(",")]

@@ -131,9 +131,13 @@ def test_trainers_suggest_from_grpo_config(toy_policy_path, tmp_path):
 
 
 def test_reward_weights_mismatch_counts_the_users_functions(toy_policy_path, tmp_path):
-    with pytest.raises(ValueError, match=r"reward_weights has 1 value\(s\) \(\[1\.0\]\) but 2 reward function\(s\)"):
+    with pytest.raises(
+        ValueError, match=r"reward_weights has 1 value\(s\) \(\[1\.0\]\) but 2 reward function\(s\)"
+    ):
         _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(correct, length_score), reward_weights=[1.0])
-    trainer = _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(correct, length_score), reward_weights=[1.0, 0.5])
+    trainer = _meds_trainer(
+        toy_policy_path, tmp_path, reward_funcs=(correct, length_score), reward_weights=[1.0, 0.5]
+    )
     assert trainer.reward_weights.tolist() == [1.0, 0.5, 1.0]  # the penalty column has weight 1
     assert trainer.args.reward_weights == [1.0, 0.5]  # the user's config is left as it was
 
@@ -176,12 +180,15 @@ def test_cliff_stops_on_a_graded_correctness_reward(toy_policy_path, tmp_path):
     trainer = CliffGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(toy_policy_path),
         reward_funcs=[correct, length_score],
-        args=CliffConfig(**{**BASE, "output_dir": str(tmp_path), "max_steps": 1},
-                         cliff_correctness_reward_index=1),  # fmt: skip
+        args=CliffConfig(
+            **{**BASE, "output_dir": str(tmp_path), "max_steps": 1}, cliff_correctness_reward_index=1
+        ),
         train_dataset=make_toy_dataset("train", 2, seed=0),
         processing_class=tokenizer,
     )
-    with pytest.raises(ValueError, match=r"Cliff needs a 0/1 correctness reward.*cliff_correctness_reward_index=1"):
+    with pytest.raises(
+        ValueError, match=r"Cliff needs a 0/1 correctness reward.*cliff_correctness_reward_index=1"
+    ):
         trainer.train()
 
 

@@ -51,7 +51,10 @@ BASE = {
 # name -> GRPOConfig overrides (and "peft" / "two_rewards" / "resume" markers handled by the cell runner)
 SETTINGS: dict[str, dict] = {
     **{
-        f"loss_{loss}": {"loss_type": loss, **({"importance_sampling_level": "sequence"} if loss == "luspo" else {})}
+        f"loss_{loss}": {
+            "loss_type": loss,
+            **({"importance_sampling_level": "sequence"} if loss == "luspo" else {}),
+        }
         for loss in LOSS_TYPES
     },
     "num_iterations_2": {"num_iterations": 2},
@@ -180,13 +183,14 @@ def _build(kind: str, policy, output_dir, setting: dict, max_steps: int | None =
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(policy)
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
     reward_funcs = [correct, brevity] if two_rewards else [correct]
     common = {
         "model": model,
         "reward_funcs": reward_funcs,
         "train_dataset": user_dataset(),
         "processing_class": tokenizer,
-        "peft_config": LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]) if use_peft else None,
+        "peft_config": lora if use_peft else None,
     }
     if kind == "grpo":
         return GRPOTrainer(args=GRPOConfig(**values), **common)

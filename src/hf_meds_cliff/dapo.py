@@ -141,7 +141,9 @@ class DAPOConfig(GRPOConfig):
             if f.init and f.name in names and f.name not in _DEPRECATED_ALIASES and hasattr(config, f.name)
         }
         # Both were derived by __post_init__; give back the one that determines the other.
-        values["steps_per_generation" if "generation_batch_size" in overrides else "generation_batch_size"] = None
+        values[
+            "steps_per_generation" if "generation_batch_size" in overrides else "generation_batch_size"
+        ] = None
         values.update(overrides)
         return cls(**values)
 

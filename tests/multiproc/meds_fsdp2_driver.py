@@ -53,12 +53,18 @@ def rank_batch(rank: int, located: int):
     generator = torch.Generator().manual_seed(100 + rank)
     prompts, completions, locations = [], [], []
     for row in range(ROWS):
-        prompt = torch.randint(2, 64, (int(torch.randint(3, 9, (1,), generator=generator)),), generator=generator)
-        completion = torch.randint(2, 64, (int(torch.randint(4, 12, (1,), generator=generator)),), generator=generator)
+        prompt = torch.randint(
+            2, 64, (int(torch.randint(3, 9, (1,), generator=generator)),), generator=generator
+        )
+        completion = torch.randint(
+            2, 64, (int(torch.randint(4, 12, (1,), generator=generator)),), generator=generator
+        )
         query = int(torch.randint(-1, len(completion) - 1, (1,), generator=generator))
         prompts.append(prompt.tolist())
         completions.append(completion.tolist())
-        locations.append(AnswerLocation(query, query + 1, int(completion[query + 1])) if row < located else None)
+        locations.append(
+            AnswerLocation(query, query + 1, int(completion[query + 1])) if row < located else None
+        )
     return prompts, completions, locations
 
 

@@ -129,7 +129,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             )
         user_weights = args.reward_weights
         if user_weights is not None and len(user_weights) != len(user_funcs):
-            names = [getattr(f, "__name__", None) or getattr(f, "name_or_path", None) or str(f) for f in user_funcs]
+            names = [
+                getattr(f, "__name__", None) or getattr(f, "name_or_path", None) or str(f) for f in user_funcs
+            ]
             raise ValueError(
                 f"reward_weights has {len(user_weights)} value(s) ({list(user_weights)}) but {len(user_funcs)} reward "
                 f"function(s) were passed ({names}); give one weight per reward function. (MEDS adds its own "
