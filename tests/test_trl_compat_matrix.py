@@ -63,7 +63,8 @@ SETTINGS: dict[str, dict] = {
     "lora": {"peft": True, "learning_rate": 1e-2},
     "scale_rewards_batch": {"scale_rewards": "batch"},
     "scale_rewards_none": {"scale_rewards": "none"},
-    "mask_truncated": {"mask_truncated_completions": True},
+    # 44 tokens cut the longest toy solutions (29-45 tokens) short, some after their \\boxed{
+    "mask_truncated": {"mask_truncated_completions": True, "max_completion_length": 44},
     "two_rewards": {"two_rewards": True, "reward_weights": [1.0, 0.5]},
     "resume": {"resume": True, "save_strategy": "steps", "save_steps": 2},
 }
@@ -74,6 +75,7 @@ FAST_CELLS = {
     ("cliff", "grad_accum_2"),
     ("meds", "two_rewards"),
     ("meds", "resume"),
+    ("meds", "mask_truncated"),
 }
 
 # ------------------------------------------------------------------------------------------------
@@ -207,6 +209,15 @@ def _trainable(trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
 
 
+def _assert_truncation_masked(kind: str, trainer) -> None:
+    """Truncated completions were produced, and under MEDS none of them got a feature."""
+    logs = [r for r in trainer.state.log_history if r.get("completions/clipped_ratio", 0) > 0]
+    assert logs, "the mask_truncated cell produced no truncated completion"
+    if kind == "meds":
+        for record in logs:
+            assert record["meds/frac_with_feature"] <= 1 - record["completions/clipped_ratio"] + 1e-6
+
+
 def _assert_cell(kind: str, trainer, before: dict[str, torch.Tensor]) -> None:
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(after[n].detach(), p) for n, p in before.items()), "no parameter changed"
@@ -244,6 +255,8 @@ def run_cell(kind: str, setting_name: str, policy, tmp_path) -> None:
     before = _trainable(trainer)
     trainer.train()
     _assert_cell(kind, trainer, before)
+    if setting.get("mask_truncated_completions"):
+        _assert_truncation_masked(kind, trainer)
 
 
 CELLS = [(kind, name) for name in SETTINGS for kind in TRAINERS]
