@@ -356,9 +356,8 @@ def test_num_chunks_runs_dummy_forwards_and_never_skips():
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("located", "layout"), [("8,0", "layers"), ("8,3", "body")])
-def test_fsdp2_ranks_with_different_answer_counts(tmp_path, located, layout):
-    """2 CPU ranks under FSDP2: unequal located answers (one rank none) and a sharded final norm.
+def test_fsdp2_ranks_with_different_answer_counts(tmp_path):
+    """2 CPU ranks under FSDP2: unequal located answers (8 vs 0, 8 vs 3) and a sharded final norm.
 
     Before the fix the ranks ran 4 vs 0 (or 4 vs 2) forward chunks and hung on FSDP2's all-gathers
     ("Timed out waiting 45000ms"), and a final norm left sharded failed with "got mixed torch.Tensor and DTensor".
@@ -374,20 +373,24 @@ def test_fsdp2_ranks_with_different_answer_counts(tmp_path, located, layout):
 
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    scenarios = {
+        "layers": [8, 0],
+        "body": [8, 3],
+    }  # "body": the final norm is a DTensor shard outside forwards
     command = [
         torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
-        str(ROOT / "tests" / "multiproc" / "meds_fsdp2_driver.py"),
-        "--output_dir", str(tmp_path), "--located", located, "--layout", layout,
+        str(ROOT / "tests" / "multiproc" / "meds_fsdp2_driver.py"), "--output_dir", str(tmp_path),
+        "--scenarios", *(f"{a},{b}:{layout}" for layout, (a, b) in scenarios.items()),
     ]  # fmt: skip
     completed = subprocess.run(
         command, check=False, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    counts = [int(n) for n in located.split(",")]
-    for rank, result in enumerate(ranks):
-        assert result["num_chunks"] == 4  # agreed: 8 answers / batch_size 2 on the fuller rank
-        assert sum(result["has_feature"]) == counts[rank]
-        assert result["same_mask"]
-        assert result["max_abs_logit_error"] < 1e-5 and result["max_abs_feature_error"] < 1e-5
-        assert result["norm_is_sharded"] == (layout == "body")
+    for layout, counts in scenarios.items():
+        for rank in range(2):
+            result = json.loads((tmp_path / f"{layout}_rank{rank}.json").read_text())
+            assert result["num_chunks"] == 4  # agreed: 8 answers / batch_size 2 on the fuller rank
+            assert sum(result["has_feature"]) == counts[rank]
+            assert result["same_mask"]
+            assert result["max_abs_logit_error"] < 1e-5 and result["max_abs_feature_error"] < 1e-5
+            assert result["norm_is_sharded"] == (layout == "body")

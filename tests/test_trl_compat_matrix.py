@@ -63,7 +63,7 @@ SETTINGS: dict[str, dict] = {
     "lora": {"peft": True, "learning_rate": 1e-2},
     "scale_rewards_batch": {"scale_rewards": "batch"},
     "scale_rewards_none": {"scale_rewards": "none"},
-    # 44 tokens cut the longest toy solutions (29-45 tokens) short, some after their \\boxed{
+    # 44 tokens cut the longest toy solutions (29-45 tokens) short, some after their \boxed{
     "mask_truncated": {"mask_truncated_completions": True, "max_completion_length": 44},
     "two_rewards": {"two_rewards": True, "reward_weights": [1.0, 0.5]},
     "resume": {"resume": True, "save_strategy": "steps", "save_steps": 2},

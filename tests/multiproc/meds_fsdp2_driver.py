@@ -1,15 +1,16 @@
 """FSDP2 driver for ``tests/test_meds_features.py::test_fsdp2_ranks_with_different_answer_counts``.
 
     ACCELERATE_USE_CPU=1 torchrun --nproc_per_node 2 tests/multiproc/meds_fsdp2_driver.py \\
-        --output_dir <dir> --located 8,0 --layout layers
+        --output_dir <dir> --scenarios 8,0:layers 8,3:body
 
 A tiny Qwen3 is sharded with FSDP2 over 2 CPU (gloo) ranks: every decoder layer is a unit, so every
 forward of the body is a collective, and the root holds the rest. With ``--layout body`` the decoder body
 (embeddings + final norm) is also a unit that reshards after each forward: outside a forward the final norm
 is then a ``DTensor`` shard.
-Rank ``r`` gets 8 completions of which ``located[r]`` have an answer location (the others: none), and runs
-MEDS's own feature forward with ``batch_size=2``, the chunk count agreed over ranks as the trainer does.
-Each rank compares its features with an unsharded copy of the model and writes ``rank<r>.json``.
+In a scenario ``LOCATED:LAYOUT`` rank ``r`` gets 8 completions of which ``LOCATED[r]`` have an answer location
+(the others: none), and runs MEDS's own feature forward with ``batch_size=2``, the chunk count agreed over ranks
+as the trainer does. Each rank compares its features with an unsharded copy of the model and writes
+``<layout>_rank<r>.json``.
 Before the fix, the ranks ran 4 vs 0 (or 4 vs 2) forwards and hung until the collective timeout, and the
 sharded final norm failed with "got mixed torch.Tensor and DTensor".
 """
@@ -71,20 +72,28 @@ def rank_batch(rank: int, located: int):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--located", default="8,0", help="located answers per rank, comma-separated")
-    parser.add_argument("--layout", choices=["layers", "body"], default="layers")
+    parser.add_argument(
+        "--scenarios", nargs="+", default=["8,0:layers"], help="LOCATED:LAYOUT, e.g. 8,3:body (layers|body)"
+    )
     cli = parser.parse_args()
 
     dist.init_process_group("gloo", timeout=timedelta(seconds=45))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    located = int(cli.located.split(",")[rank])
+    for scenario in cli.scenarios:
+        located, layout = scenario.split(":")
+        run_scenario(int(located.split(",")[dist.get_rank()]), layout, Path(cli.output_dir))
+    dist.destroy_process_group()
 
+
+def run_scenario(located: int, layout: str, output_dir: Path) -> None:
+    if layout not in ("layers", "body"):
+        raise ValueError(f"unknown layout {layout!r}; use 'layers' or 'body'.")
+    rank, world = dist.get_rank(), dist.get_world_size()
     model = tiny_qwen3()
     reference = copy.deepcopy(model)
     mesh = init_device_mesh("cpu", (world,))
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh)
-    if cli.layout == "body":
+    if layout == "body":
         fully_shard(model.model, mesh=mesh)  # embeddings + final norm: resharded after each forward
     fully_shard(model, mesh=mesh)  # root (LM head)
     with torch.no_grad():  # a root forward first, as generation does (FSDP2's lazy init picks the root)
@@ -108,10 +117,9 @@ def main() -> None:
         "same_mask": bool(torch.equal(has_feature, ref_has)),
         "norm_is_sharded": hasattr(model.model.norm.weight, "full_tensor"),
     }
-    Path(cli.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(cli.output_dir) / f"rank{rank}.json").write_text(json.dumps(result))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / f"{layout}_rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
