@@ -1,13 +1,23 @@
 """GPU smoke test: MEDS, Cliff and the GRPO baseline for a few steps each on one CUDA GPU in bf16.
 
     python scripts/gpu_smoke.py                 # on a machine with a CUDA GPU
+    python scripts/gpu_smoke.py --policy DIR    # skip the CPU warm-up: DIR holds a warmed-up toy policy
     python scripts/gpu_smoke.py --device cpu --steps 1 --cases grpo meds cliff   # the same code path on CPU
 
 The policy is the project's toy Qwen3 (built from a config and warmed up locally: no download), so the smoke
 test exercises the real Qwen3 modelling code, the layer hooks, the fused LM head, LoRA through peft, bf16
-autocast and (when vLLM is importable) vLLM colocate generation. Each case prints one line
-``PASS <case> <seconds per step>`` or ``FAIL <case>: <error>``; the last line is the MEDS / GRPO step-time
-ratio measured in this run. Exit status 1 when any case failed.
+autocast and (when vLLM is importable) vLLM colocate generation. The warm-up takes about 5 CPU minutes on first
+use; on a bare GPU machine copy a warmed-up policy folder there (``~/.cache/hf_meds_cliff/toy/<key>``, or the one
+``$HF_MEDS_CLIFF_CACHE`` points at) and pass it as ``--policy``, or point ``$HF_MEDS_CLIFF_CACHE`` at a copied cache.
+
+MEDS runs on both of its feature paths: ``meds`` / ``meds_gradacc`` use MEDS's own no-grad forward (the latter
+with ``gradient_accumulation_steps=2``: a generation batch twice the per-device batch, run in several chunks,
+the configuration that used to crash), ``meds_vllm`` / ``meds_vllm_gradacc`` capture the features from TRL's
+old-log-prob forward, which vLLM's importance-sampling correction runs. Each MEDS case checks which path ran.
+
+Each case prints one line ``PASS <case> <seconds per step>`` or ``FAIL <case>: <error>``; the last line is the
+MEDS / GRPO step-time ratio measured in this run. Exit status 1 when any case failed. The whole default run
+(8 cases x 4 steps, tiny model) takes a few minutes on one GPU, plus vLLM's start-up per vLLM case.
 """
 
 from __future__ import annotations
@@ -20,7 +30,15 @@ import tempfile
 import time
 import traceback
 
-CASES = ("grpo", "meds", "meds_lora", "cliff", "cliff_lora", "meds_vllm")
+CASES = ("grpo", "meds", "meds_gradacc", "meds_lora", "cliff", "cliff_lora", "meds_vllm", "meds_vllm_gradacc")
+FEATURE_SOURCE = {
+    "meds": "forward",
+    "meds_gradacc": "forward",
+    "meds_lora": "forward",
+    "meds_vllm": "captured",
+    "meds_vllm_gradacc": "captured",
+}
+"""Which MEDS feature path each case must take ("forward": MEDS's own; "captured": hooks in TRL's forward)."""
 
 
 def build_case(case: str, policy: str, output_dir: str, device: str, steps: int):
@@ -54,8 +72,14 @@ def build_case(case: str, policy: str, output_dir: str, device: str, steps: int)
         activation_checkpointing=on_gpu,
         seed=0,
     )
-    if case.endswith("vllm"):
-        settings.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.2)
+    if "gradacc" in case:  # TRL's default steps_per_generation = 2: one generation of 64 rows, 2 chunks of 32
+        settings.update(gradient_accumulation_steps=2)
+    if "vllm" in case:
+        # vLLM's importance-sampling correction (TRL's default) runs the old-log-prob forward: MEDS captures there.
+        settings.update(
+            use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.2,
+            vllm_importance_sampling_correction=True,
+        )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
     peft_config = None
@@ -90,6 +114,10 @@ def run_case(case: str, policy: str, device: str, steps: int) -> tuple[bool, flo
                 any(key.startswith(f"{method}/") for key in r) for r in trainer.state.log_history
             ):
                 return False, None, f"no {method}/ metrics were logged"
+            expected_source = FEATURE_SOURCE.get(case)
+            if expected_source and trainer._meds_last_feature_source != expected_source:
+                source = trainer._meds_last_feature_source
+                return False, None, f"MEDS features came from {source!r}, expected {expected_source!r}"
             if hasattr(trainer, "close_teacher"):
                 trainer.close_teacher()
             # The first step pays for compilation/caches: time the later ones when there are any.
@@ -106,6 +134,11 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
+    parser.add_argument(
+        "--policy",
+        default=None,
+        help="Folder of a warmed-up toy policy (model + tokenizer); default: warm one up (or reuse the cache).",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -119,11 +152,11 @@ def main(argv=None) -> int:
         f"torch {torch.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else "")
     )
-    policy = str(warmup_toy_model())
+    policy = args.policy or str(warmup_toy_model())
     results = {}
     failed = False
     for case in args.cases:
-        if case.endswith("vllm") and (args.device != "cuda" or importlib.util.find_spec("vllm") is None):
+        if "vllm" in case and (args.device != "cuda" or importlib.util.find_spec("vllm") is None):
             print(f"SKIP {case}: needs vLLM and a CUDA GPU")
             continue
         ok, per_step, error = run_case(case, policy, args.device, args.steps)

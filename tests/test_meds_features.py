@@ -304,3 +304,93 @@ def test_bad_inputs_raise_clear_errors():
 def test_features_are_unit_norm_and_handle_zero_rows():
     features = features_from_layer_logits(torch.tensor([[0.0, 0.0], [-2.0, 0.0]]))
     torch.testing.assert_close(features, torch.tensor([[0.0, 0.0], [-1.0, 0.0]]))
+
+
+def test_single_use_autocast_context_spans_all_chunks():
+    """accelerate's autocast() is a generator context: entering it once per chunk crashed (issue 14)."""
+    import contextlib
+
+    model = _tiny_model("qwen3")
+    prompts, completions, locations = _random_batch()
+    entered = []
+
+    @contextlib.contextmanager
+    def autocast():
+        entered.append(True)
+        yield
+
+    plain = answer_logit_features(model, prompts, completions, locations, batch_size=2)
+    wrapped = answer_logit_features(model, prompts, completions, locations, batch_size=2, autocast=autocast())
+    assert len(entered) == 1
+    for mine, reference in zip(wrapped, plain):
+        torch.testing.assert_close(mine, reference)
+
+
+def test_num_chunks_runs_dummy_forwards_and_never_skips():
+    """Every rank of a sharded model must run the agreed number of forwards, even with no located answer."""
+    from hf_meds_cliff.meds.features import forward_chunk_count
+
+    model = _tiny_model("qwen3")
+    prompts, completions, locations = _random_batch()  # 4 of 5 rows located
+    calls = []
+    handle = resolve_decoder(model).body.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        reference = answer_logit_features(model, prompts, completions, locations, batch_size=2)
+        assert len(calls) == forward_chunk_count(4, 2) == 2
+        calls.clear()
+        padded = answer_logit_features(model, prompts, completions, locations, batch_size=2, num_chunks=5)
+        assert len(calls) == 5
+        for mine, expected in zip(padded, reference):
+            torch.testing.assert_close(mine, expected)  # dummy chunks change nothing
+        calls.clear()
+        features, has_feature, _ = answer_logit_features(
+            model, prompts, completions, [None] * 5, batch_size=2, num_chunks=2
+        )
+        assert len(calls) == 2, "a rank without any located answer must still run its forwards"
+        assert not has_feature.any() and torch.all(features == 0)
+    finally:
+        handle.remove()
+    with pytest.raises(ValueError, match="num_chunks=1 is fewer than the 2 forward chunks"):
+        answer_logit_features(model, prompts, completions, locations, batch_size=2, num_chunks=1)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_fsdp2_ranks_with_different_answer_counts(tmp_path):
+    """2 CPU ranks under FSDP2: unequal located answers (8 vs 0, 8 vs 3) and a sharded final norm.
+
+    Before the fix the ranks ran 4 vs 0 (or 4 vs 2) forward chunks and hung on FSDP2's all-gathers
+    ("Timed out waiting 45000ms"), and a final norm left sharded failed with "got mixed torch.Tensor and DTensor".
+    """
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import ROOT, free_port
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    scenarios = {
+        "layers": [8, 0],
+        "body": [8, 3],
+    }  # "body": the final norm is a DTensor shard outside forwards
+    command = [
+        torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
+        str(ROOT / "tests" / "multiproc" / "meds_fsdp2_driver.py"), "--output_dir", str(tmp_path),
+        "--scenarios", *(f"{a},{b}:{layout}" for layout, (a, b) in scenarios.items()),
+    ]  # fmt: skip
+    completed = subprocess.run(
+        command, check=False, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for layout, counts in scenarios.items():
+        for rank in range(2):
+            result = json.loads((tmp_path / f"{layout}_rank{rank}.json").read_text())
+            assert result["num_chunks"] == 4  # agreed: 8 answers / batch_size 2 on the fuller rank
+            assert sum(result["has_feature"]) == counts[rank]
+            assert result["same_mask"]
+            assert result["max_abs_logit_error"] < 1e-5 and result["max_abs_feature_error"] < 1e-5
+            assert result["norm_is_sharded"] == (layout == "body")

@@ -9,11 +9,12 @@ from helpers import load_script
 @pytest.mark.slow
 def test_gpu_smoke_script_passes_on_the_cpu_path(toy_policy_path, capsys):
     status = load_script("gpu_smoke").main(
-        ["--device", "cpu", "--steps", "1", "--cases", "grpo", "meds", "cliff_lora"]
-    )
+        ["--device", "cpu", "--steps", "1", "--policy", str(toy_policy_path),
+         "--cases", "grpo", "meds", "meds_gradacc", "cliff_lora"]
+    )  # fmt: skip
     out = capsys.readouterr().out
     assert status == 0, out
-    for case in ("grpo", "meds", "cliff_lora"):
+    for case in ("grpo", "meds", "meds_gradacc", "cliff_lora"):
         assert f"PASS {case} " in out
     assert "MEDS/GRPO step-time ratio:" in out
 

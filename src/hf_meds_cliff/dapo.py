@@ -18,6 +18,7 @@ main dataloader's order is untouched. The filter uses the reward function at
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -72,6 +73,17 @@ def concat_rows(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     return merged
 
 
+_DEPRECATED_ALIASES = frozenset(
+    {
+        # Old names that __post_init__ has already resolved into their replacements (passing them again warns).
+        "gradient_checkpointing",  # -> activation_checkpointing
+        "gradient_checkpointing_kwargs",  # -> activation_checkpointing_kwargs
+        "vllm_importance_sampling_cap",  # -> vllm_importance_sampling_clip_max
+        "use_transformers_paged",  # -> use_transformers_continuous_batching
+    }
+)
+
+
 @dataclass
 class DAPOConfig(GRPOConfig):
     """``GRPOConfig`` plus DAPO's dynamic sampling (off by default, so the plain GRPO behaviour is unchanged)."""
@@ -104,6 +116,46 @@ class DAPOConfig(GRPOConfig):
             "activation checkpointing is on, as in TRL."
         },
     )
+
+    @classmethod
+    def from_grpo_config(cls, config: GRPOConfig, **overrides):
+        """This config class built from an existing ``GRPOConfig`` (every field kept) plus ``overrides``.
+
+        ``MEDSConfig(**grpo_config.to_dict())`` does not work: ``GRPOConfig.__post_init__`` fills both
+        ``generation_batch_size`` and ``steps_per_generation`` from whichever one was given, and a config with
+        both set is rejected. This passes ``steps_per_generation`` back (or ``generation_batch_size`` when an
+        override sets it), which gives the same generation batch.
+
+        >>> from trl import GRPOConfig
+        >>> from hf_meds_cliff import MEDSConfig
+        >>> grpo = GRPOConfig("out", use_cpu=True, bf16=False, per_device_train_batch_size=4, num_generations=4,
+        ...                   generation_batch_size=16, report_to="none")
+        >>> meds = MEDSConfig.from_grpo_config(grpo, meds_alpha=0.02, meds_beta=0.04)
+        >>> meds.generation_batch_size, meds.steps_per_generation, meds.meds_alpha
+        (16, 4, 0.02)
+
+        Raises:
+            TypeError: ``config`` is not a ``GRPOConfig``, or an override is not a field of this class.
+        """
+        if not isinstance(config, GRPOConfig):
+            raise TypeError(
+                f"{cls.__name__}.from_grpo_config needs a trl.GRPOConfig, got {type(config).__name__}."
+            )
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise TypeError(f"{unknown} are not fields of {cls.__name__}; check their spelling.")
+        values = {
+            f.name: getattr(config, f.name)
+            for f in dataclasses.fields(config)
+            if f.init and f.name in names and f.name not in _DEPRECATED_ALIASES and hasattr(config, f.name)
+        }
+        # Both were derived by __post_init__; give back the one that determines the other.
+        values[
+            "steps_per_generation" if "generation_batch_size" in overrides else "generation_batch_size"
+        ] = None
+        values.update(overrides)
+        return cls(**values)
 
     def __post_init__(self):
         if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ from ..checkpointing import (
     remove_stale_temporaries,
     write_json_atomically,
 )
+from ..correctness import check_binary_correctness
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -119,8 +121,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             args = CliffConfig(f"{str(model_name).split('/')[-1]}-Cliff")
         if not isinstance(args, CliffConfig):
             raise TypeError(
-                f"CliffGRPOTrainer needs args of type CliffConfig, got {type(args).__name__}; build it with "
-                "hf_meds_cliff.CliffConfig(...) (it accepts every GRPOConfig field)."
+                f"CliffGRPOTrainer needs args of type CliffConfig, got {type(args).__name__}; convert yours with "
+                "CliffConfig.from_grpo_config(your_grpo_config, cliff_teacher=...) (every GRPOConfig field is kept), "
+                "or build a CliffConfig directly."
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         if args.cliff_correctness_reward_index >= len(self.reward_funcs):
@@ -155,6 +158,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             reducer=args.cliff_self_consistency_reducer,
         )
         self._cliff_pending: tuple | None = None
+        self._cliff_correctness_checked = False  # the first training batch checks the reward is 0/1
         self._cliff_failure_keys: set[str] = set()
         self._teacher_counters_seen: Counter = Counter()
         self.cliff_last_outcome: StepOutcome | None = None
@@ -163,6 +167,18 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training and not self._cliff_correctness_checked:
+            self._cliff_correctness_checked = True
+            index = self.args.cliff_correctness_reward_index
+            check_binary_correctness(
+                rewards_per_func[:, index].float().cpu().tolist(),
+                method="Cliff",
+                index_field="cliff_correctness_reward_index",
+                index=index,
+                threshold_field="cliff_correctness_threshold",
+                threshold=self.args.cliff_correctness_threshold,
+                reward_name=self.reward_func_names[index],
+            )
         self._cliff_pending = (inputs, prompts, completion_ids_list, rewards_per_func)
         return rewards_per_func
 

@@ -41,6 +41,7 @@ __all__ = [
     "answer_logit_features",
     "answer_prefix_batch",
     "features_from_layer_logits",
+    "forward_chunk_count",
     "locate_answer_token",
     "locate_answer_tokens",
     "resolve_decoder",
@@ -169,6 +170,24 @@ def full_parameters(*modules: nn.Module | None) -> contextlib.AbstractContextMan
 
         return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
     return contextlib.nullcontext()
+
+
+def _whole_module(module: nn.Module):
+    """``module`` as a callable whose parameters are whole tensors.
+
+    FSDP2 may leave a module that is not an FSDP unit of its own (e.g. the final norm, grouped with its
+    parent) sharded outside the forward: its parameters are then ``DTensor`` shards and calling it on a plain
+    tensor fails ("got mixed torch.Tensor and DTensor"). Its parameters are gathered (``full_tensor()``, a
+    collective) and the module is called functionally with them; a module without ``DTensor`` parameters is
+    returned as is.
+    """
+    if type(module).__name__.startswith("FSDP"):  # an FSDP2 unit gathers its own shards when called
+        return module
+    parameters = dict(module.named_parameters())
+    if not any(hasattr(p, "full_tensor") for p in parameters.values()):
+        return module
+    whole = {name: p.full_tensor() if hasattr(p, "full_tensor") else p for name, p in parameters.items()}
+    return lambda inputs: torch.func.functional_call(module, whole, (inputs,))
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -337,26 +356,34 @@ class AnswerLogitCapture:
         return all(seen == total for seen in self._rows_seen.values())
 
     def hidden_states(self) -> torch.Tensor:
-        """``(B, k, H)`` captured states (float32), in layer order."""
+        """``(B, k, H)`` captured states (float32), in layer order (``B`` may be 0)."""
         if not self.complete:
             raise RuntimeError(
                 f"The hooks saw {self._rows_seen} rows per layer, expected {self.query_positions.numel()}: "
                 "the capture must wrap forward passes over exactly the batch its positions refer to."
             )
+        if self.query_positions.numel() == 0:
+            hidden_size = self.parts.lm_head.weight.shape[-1]  # a DTensor reports its global shape
+            return torch.zeros((0, len(self.layer_indices), hidden_size), dtype=torch.float32)
         return torch.stack([torch.cat(self._states[i], dim=0) for i in self.layer_indices], dim=1)
 
     @torch.no_grad()
     def layer_logits(self, target_ids: torch.Tensor) -> torch.Tensor:
-        """``(B, k)`` per-layer logits of ``target_ids`` ``(B,)`` (float32); skipped rows are 0."""
+        """``(B, k)`` per-layer logits of ``target_ids`` ``(B,)`` (float32); skipped rows are 0.
+
+        Under FSDP2 / ZeRO-3 the LM head and final norm may be sharded here (this runs outside a forward),
+        and making them whole is a collective: every rank must call this, even with ``B = 0``.
+        """
         states = self.hidden_states()  # (B, k, H)
         num_model_layers = len(self.parts.layers)
         norm = self.parts.final_norm
         with full_parameters(self.parts.lm_head, norm):
             if norm is not None:
+                apply_norm = _whole_module(norm)  # every rank, even with no row: it may all-gather
                 norm_dtype = next(norm.parameters(), states).dtype
                 for column, layer_index in enumerate(self.layer_indices):
                     if self.logit_lens or layer_index == num_model_layers - 1:
-                        states[:, column] = norm(states[:, column].to(norm_dtype)).float()
+                        states[:, column] = apply_norm(states[:, column].to(norm_dtype)).float()
             weight = self.parts.lm_head.weight
             if hasattr(weight, "full_tensor"):  # FSDP2 DTensor, sharded over ranks
                 weight = weight.full_tensor()
@@ -404,6 +431,20 @@ def answer_prefix_batch(
     return input_ids, attention_mask, query_positions
 
 
+def forward_chunk_count(num_rows: int, batch_size: int | None) -> int:
+    """Forward passes :func:`answer_logit_features` runs for ``num_rows`` located answers.
+
+    Under FSDP2 or ZeRO-3 every forward is a collective: all ranks must run the same number, so a trainer
+    takes the maximum of this count over its ranks and passes it as ``num_chunks``.
+
+    >>> forward_chunk_count(5, 2), forward_chunk_count(0, 2), forward_chunk_count(5, None)
+    (3, 0, 1)
+    """
+    if num_rows == 0:
+        return 0
+    return -(-num_rows // batch_size) if batch_size else 1
+
+
 @torch.no_grad()
 def answer_logit_features(
     model: nn.Module,
@@ -418,6 +459,7 @@ def answer_logit_features(
     batch_size: int | None = None,
     autocast: contextlib.AbstractContextManager | None = None,
     parts: DecoderParts | None = None,
+    num_chunks: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """MEDS features from one no-grad forward of the decoder body over the answer prefixes.
 
@@ -429,8 +471,14 @@ def answer_logit_features(
         pad_token_id: id used for right padding (masked out).
         logit_lens, use_layer_diff: see :class:`AnswerLogitCapture` and :func:`features_from_layer_logits`.
         batch_size: rows per forward chunk (default: all at once).
-        autocast: context to run the forward in (e.g. ``accelerator.autocast()``).
+        autocast: context to run the forward in (e.g. ``accelerator.autocast()``); entered once, around
+            all chunks (a generator-based context such as accelerate's cannot be entered twice).
         parts: pre-resolved :class:`DecoderParts` (default: :func:`resolve_decoder`).
+        num_chunks: run exactly this many forwards, padding with one-token dummy chunks (whose outputs are
+            not used) when this process has fewer rows; default :func:`forward_chunk_count` of its rows.
+            Sharded models (FSDP2, ZeRO-3) need the same count on every rank, and a rank with no located
+            answer must still run its share of forwards and of the LM-head/norm gathers, or the ranks issue
+            mismatched collectives and hang.
 
     Returns:
         ``features`` ``(B, d)`` float32 (zero rows where there is no feature), ``has_feature`` ``(B,)``
@@ -442,10 +490,17 @@ def answer_logit_features(
     has_feature = torch.tensor([loc is not None for loc in locations], dtype=torch.bool)
     kept = [i for i, loc in enumerate(locations) if loc is not None]
     dim = len(layer_indices) - 1 if use_layer_diff else len(layer_indices)
-    weight = parts.lm_head.weight
     features = torch.zeros((num_rows, dim), dtype=torch.float32)
     layer_logits = torch.zeros((num_rows, len(layer_indices)), dtype=torch.float32)
-    if not kept:
+    chunk = batch_size or max(len(kept), 1)
+    real_chunks = forward_chunk_count(len(kept), chunk)
+    num_chunks = real_chunks if num_chunks is None else num_chunks
+    if num_chunks < real_chunks:
+        raise ValueError(
+            f"num_chunks={num_chunks} is fewer than the {real_chunks} forward chunks that {len(kept)} rows need "
+            f"at batch_size={batch_size}; pass the maximum of forward_chunk_count(...) over the ranks."
+        )
+    if num_chunks == 0:  # nothing to run here, and (by the caller's agreement) on no other rank either
         return features, has_feature, layer_logits
     input_ids, attention_mask, query_positions = answer_prefix_batch(
         [prompt_ids_list[i] for i in kept],
@@ -454,20 +509,23 @@ def answer_logit_features(
         pad_token_id,
     )
     target_ids = torch.tensor([locations[i].target_id for i in kept], dtype=torch.long)
-    device = weight.device
-    chunk = batch_size or len(kept)
+    device = parts.lm_head.weight.device
     capture = AnswerLogitCapture(parts, layer_indices, query_positions, logit_lens=logit_lens)
-    with capture:
-        for start in range(0, len(kept), chunk):
-            rows = slice(start, start + chunk)
-            length = int(attention_mask[rows].sum(dim=1).max())  # drop the chunk's all-pad tail
-            with autocast if autocast is not None else contextlib.nullcontext():
+    with autocast if autocast is not None else contextlib.nullcontext():
+        with capture:
+            for start in range(0, len(kept), chunk):
+                rows = slice(start, start + chunk)
+                length = int(attention_mask[rows].sum(dim=1).max())  # drop the chunk's all-pad tail
                 parts.body(
                     input_ids=input_ids[rows, :length].to(device),
                     attention_mask=attention_mask[rows, :length].to(device),
                     use_cache=False,
                 )
-    logits = capture.layer_logits(target_ids).cpu()
-    layer_logits[kept] = logits
-    features[kept] = features_from_layer_logits(logits, use_layer_diff=use_layer_diff)
+        dummy = torch.full((1, 1), pad_token_id, dtype=torch.long, device=device)
+        for _ in range(num_chunks - real_chunks):  # outside the capture: nothing of it is kept
+            parts.body(input_ids=dummy, attention_mask=torch.ones_like(dummy), use_cache=False)
+    logits = capture.layer_logits(target_ids).cpu()  # every rank: it may gather the LM head and norm
+    if kept:
+        layer_logits[kept] = logits
+        features[kept] = features_from_layer_logits(logits, use_layer_diff=use_layer_diff)
     return features, has_feature, layer_logits

@@ -16,6 +16,7 @@ from trl import GRPOTrainer
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import checkpoint_folder
 from ..cliff.protocol import problem_text
+from ..correctness import check_binary_correctness
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -25,6 +26,7 @@ from .features import (
     AnswerLogitCapture,
     answer_logit_features,
     features_from_layer_logits,
+    forward_chunk_count,
     locate_answer_tokens,
     resolve_decoder,
     select_layers,
@@ -41,18 +43,21 @@ MEMORY_DIRNAME = "meds_memory"
 class MEDSPenaltyReward:
     """Pseudo reward function holding the MEDS penalty column (weight 1) so TRL logs it as a reward.
 
-    It returns 0.0 for every completion when TRL calls it; :class:`MEDSGRPOTrainer` then overwrites the
-    column with ``shaped − r`` (the shaped correctness reward minus the unshaped one) once the rewards
-    of all processes are gathered. Used alone (outside the trainer) it is a zero reward.
+    It returns ``None`` (no opinion) for every completion when TRL calls it, so TRL's check "all reward
+    functions returned None" still sees only the user's functions. :class:`MEDSGRPOTrainer` then fills the
+    column, once the rewards of all processes are gathered, with ``shaped − r`` (the shaped correctness
+    reward minus the unshaped one; 0 when unshaped) for every row whose correctness reward is a number, and
+    leaves it NaN (``None``) for rows whose correctness reward returned ``None``: such a row is never stored in
+    the memory, penalised or favoured (see :meth:`MEDSGRPOTrainer._calculate_rewards`).
 
     >>> MEDSPenaltyReward()(completions=["a", "b"])
-    [0.0, 0.0]
+    [None, None]
     """
 
     __name__ = "meds_penalty"
 
-    def __call__(self, completions, **kwargs) -> list[float]:
-        return [0.0] * len(completions)
+    def __call__(self, completions, **kwargs) -> list[float | None]:
+        return [None] * len(completions)
 
 
 class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
@@ -112,8 +117,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             args = MEDSConfig(f"{str(name).split('/')[-1]}-MEDS")
         if not isinstance(args, MEDSConfig):
             raise TypeError(
-                f"MEDSGRPOTrainer needs a MEDSConfig, got {type(args).__name__}; build one with "
-                "MEDSConfig(**your_grpo_config.to_dict()) or pass the meds_* fields to MEDSConfig."
+                f"MEDSGRPOTrainer needs a MEDSConfig, got {type(args).__name__}; convert yours with "
+                "MEDSConfig.from_grpo_config(your_grpo_config, meds_alpha=0.1, ...) (every GRPOConfig field is kept), "
+                "or build a MEDSConfig directly."
             )
         if reward_funcs is None:
             raise ValueError(
@@ -125,10 +131,25 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 f"meds_correctness_reward_index={args.meds_correctness_reward_index} but only {len(user_funcs)} "
                 "reward function(s) were given; point it at the verifiable correctness reward."
             )
+        user_weights = args.reward_weights
+        if user_weights is not None and len(user_weights) != len(user_funcs):
+            names = [
+                getattr(f, "__name__", None) or getattr(f, "name_or_path", None) or str(f) for f in user_funcs
+            ]
+            raise ValueError(
+                f"reward_weights has {len(user_weights)} value(s) ({list(user_weights)}) but {len(user_funcs)} reward "
+                f"function(s) were passed ({names}); give one weight per reward function. (MEDS adds its own "
+                "`meds_penalty` column with weight 1.0 itself: do not count it.)"
+            )
         self.meds_penalty_func = MEDSPenaltyReward()
-        if args.reward_weights is not None and len(args.reward_weights) == len(user_funcs):
-            args.reward_weights = [*args.reward_weights, 1.0]  # the penalty column has weight 1
-        super().__init__(model, [*user_funcs, self.meds_penalty_func], args, *trainer_args, **trainer_kwargs)
+        if user_weights is not None:
+            args.reward_weights = [*user_weights, 1.0]  # the penalty column has weight 1
+        try:
+            super().__init__(
+                model, [*user_funcs, self.meds_penalty_func], args, *trainer_args, **trainer_kwargs
+            )
+        finally:
+            args.reward_weights = user_weights  # TRL has read them; leave the user's config as it was
         self._meds_penalty_index = next(
             i for i, f in enumerate(self.reward_funcs) if f is self.meds_penalty_func
         )
@@ -154,8 +175,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         self.meds_last_cluster_sizes: np.ndarray | None = None
         """Cluster size of every completion of the last training step (all processes, -1 = no feature)."""
         self.meds_last_penalties: np.ndarray | None = None
-        """Penalty column of the last training step (all processes)."""
+        """Penalty column of the last training step (all processes; NaN where the correctness reward was None)."""
         self._meds_last_feature_source: str | None = None  # "captured" (TRL's forward) or "forward" (ours)
+        self._meds_correctness_checked = False  # the first training batch checks the reward is 0/1
 
     # ------------------------------------------------------------------------------------------
     # Features
@@ -171,7 +193,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         self._meds_captured_logits = None
         self._meds_capture = None
         if self.model.training:
-            self._meds_locations = locate_answer_tokens(outputs[1], self.processing_class)
+            self._meds_locations = self._meds_locate(outputs[1])
             generate_every = self.args.steps_per_generation * self.num_iterations
             old_logps_forward_runs = self.args.gradient_accumulation_steps % generate_every != 0 or (
                 self.use_vllm and self.vllm_importance_sampling_correction
@@ -218,11 +240,39 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             self._meds_captured_logits = capture.layer_logits(targets).cpu()
         return result
 
+    def _meds_locate(self, completion_ids_list) -> list[AnswerLocation | None]:
+        """Answer tokens of the completions; ``None`` for a truncated one under ``mask_truncated_completions``.
+
+        TRL masks a truncated completion out of the loss and out of its own forward's attention: features
+        captured from that forward would describe masked tokens, and shaping a rollout that is not trained on
+        is pointless, so such a completion gets no feature (and never enters the memory) on either path.
+        """
+        locations = locate_answer_tokens(completion_ids_list, self.processing_class)
+        if self.args.mask_truncated_completions:
+            eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+            locations = [
+                None if len(ids) == 0 or ids[-1] not in eos_and_pad else location
+                for ids, location in zip(completion_ids_list, locations, strict=True)
+            ]
+        return locations
+
+    def _meds_num_chunks(self, num_rows: int, batch_size: int) -> int:
+        """Forward chunks of the own feature forward, agreed over the ranks (the maximum of theirs).
+
+        Under FSDP2 / ZeRO-3 each forward is a collective, so every rank runs the same number (dummy chunks
+        fill in) and none skips it, or the ranks hang on mismatched collectives.
+        """
+        local = forward_chunk_count(num_rows, batch_size)
+        if self.accelerator.num_processes == 1:
+            return local
+        counts = self.accelerator.gather(torch.tensor([local], device=self.accelerator.device))
+        return int(counts.max())
+
     def _meds_local_features(self, completion_ids_list) -> tuple[torch.Tensor, torch.Tensor, str]:
         """This process's features ``(B, d)``, feature mask ``(B,)`` and the source ("captured"/"forward")."""
         locations = self._meds_locations
         if locations is None or len(locations) != len(completion_ids_list):
-            locations = locate_answer_tokens(completion_ids_list, self.processing_class)
+            locations = self._meds_locate(completion_ids_list)
         has_feature = torch.tensor([loc is not None for loc in locations], dtype=torch.bool)
         if self._meds_captured_logits is not None:
             logits = self._meds_captured_logits
@@ -239,6 +289,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 "bypassed it. Call MEDSGRPOTrainer._generate (or set `trainer._meds_prompt_ids`) before the rewards."
             )
         batch_size = self.args.per_device_train_batch_size
+        num_chunks = self._meds_num_chunks(sum(loc is not None for loc in locations), batch_size)
         with activation_checkpointing_disabled(self.model, self.args.gradient_checkpointing_kwargs):
             features, has_feature, _ = answer_logit_features(
                 self.model,
@@ -252,6 +303,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
                 batch_size=batch_size,
                 autocast=self.accelerator.autocast(),
                 parts=self._meds_decoder_parts(),
+                num_chunks=num_chunks,
             )
         return features, has_feature, "forward"
 
@@ -285,12 +337,40 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
     # ------------------------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's gathered rewards with the ``meds_penalty`` column filled in.
+
+        Rows whose correctness reward is ``None`` (NaN: "cannot grade this row") keep a NaN penalty, are not
+        stored in the memory and are not penalised: with no other reward they stay unscorable for TRL
+        (advantage 0, TRL's warning kept), exactly as under plain GRPO; with other rewards they are scored by
+        those alone. Evaluation batches get a zero penalty and do not touch the memory.
+        """
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if not self.model.training:
-            return rewards_per_func  # evaluation is not shaped and does not touch the memory
-        penalties = self._meds_shape(inputs, prompts, completion_ids_list, rewards_per_func)
+        if self.model.training:
+            penalties = self._meds_shape(inputs, prompts, completion_ids_list, rewards_per_func)
+        else:
+            penalties = torch.zeros(rewards_per_func.size(0))
+        ungraded = torch.isnan(rewards_per_func[:, self.args.meds_correctness_reward_index]).cpu()
+        penalties = penalties.masked_fill(ungraded, torch.nan)
+        if self.model.training:
+            self.meds_last_penalties = penalties.numpy().copy()
         rewards_per_func[:, self._meds_penalty_index] = penalties.to(rewards_per_func.device)
         return rewards_per_func
+
+    def _meds_check_correctness(self, correctness_reward: torch.Tensor) -> None:
+        """On the first training batch: the correctness reward must be a 0/1 verdict (see ``correctness.py``)."""
+        if self._meds_correctness_checked:
+            return
+        self._meds_correctness_checked = True
+        index = self.args.meds_correctness_reward_index
+        check_binary_correctness(
+            correctness_reward.tolist(),
+            method="MEDS",
+            index_field="meds_correctness_reward_index",
+            index=index,
+            threshold_field="meds_correctness_threshold",
+            threshold=self.args.meds_correctness_threshold,
+            reward_name=self.reward_func_names[index],
+        )
 
     def _meds_shape(
         self, inputs, prompts, completion_ids_list, rewards_per_func: torch.Tensor
@@ -311,6 +391,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         keys = gather_object(keys_local)
         snippet_texts = self._meds_snippet_texts(completion_ids_list)
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
+        self._meds_check_correctness(correctness_reward)
         scored = has_feature & ~torch.isnan(correctness_reward)
         is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
 

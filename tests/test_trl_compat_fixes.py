@@ -1,0 +1,217 @@
+"""Issue 14 fixes outside the matrix: None rewards under MEDS, config conversion, reward_weights message,
+the first-batch 0/1 correctness check (both trainers), truncated completions under mask_truncated_completions."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pytest
+import torch
+from trl import GRPOConfig
+
+from hf_meds_cliff import CliffConfig, MEDSConfig
+from hf_meds_cliff.correctness import check_binary_correctness, non_binary_correctness_values
+
+BASE = {
+    "use_cpu": True,
+    "bf16": False,
+    "seed": 0,
+    "learning_rate": 1e-3,
+    "per_device_train_batch_size": 8,
+    "num_generations": 4,
+    "max_completion_length": 72,
+    "logging_steps": 1,
+    "report_to": "none",
+    "save_strategy": "no",
+    "disable_tqdm": True,
+}
+
+
+def correct(completions, answer, **kwargs):
+    from hf_meds_cliff.data import completion_text
+    from hf_meds_cliff.toy.warmup import boxed_integer
+
+    return [1.0 if boxed_integer(completion_text(c)) == int(a) else 0.0 for c, a in zip(completions, answer)]
+
+
+def length_score(completions, **kwargs):
+    """A graded reward (not a correctness verdict)."""
+    from hf_meds_cliff.data import completion_text
+
+    return [len(completion_text(c)) / 100 for c in completions]
+
+
+def _meds_trainer(policy, output_dir, reward_funcs=(correct,), num_prompts=2, **overrides):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff import MEDSGRPOTrainer
+    from hf_meds_cliff.toy import make_toy_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    tokenizer.padding_side = "left"
+    return MEDSGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(policy),
+        reward_funcs=list(reward_funcs),
+        args=MEDSConfig(**{**BASE, "output_dir": str(output_dir), "max_steps": 2, **overrides}),
+        train_dataset=make_toy_dataset("train", num_prompts, seed=0),
+        processing_class=tokenizer,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# None rewards
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_meds_leaves_none_correctness_rows_unscored(toy_policy_path, tmp_path, caplog):
+    """Group [r, None, None, r]: the None rows get a NaN penalty, no memory row, advantage 0 (as under GRPO),
+    and TRL's "All reward functions returned None" warning stays. Before: penalty 0.0, advantage +0.865."""
+
+    def partly_graded(completions, answer, **kwargs):
+        scores = correct(completions, answer)
+        return [None if i % 4 in (1, 2) else s for i, s in enumerate(scores)]
+
+    trainer = _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(partly_graded,))
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    ungraded = np.array([i % 4 in (1, 2) for i in range(8)])
+    penalties = trainer.meds_last_penalties
+    assert np.isnan(penalties[ungraded]).all()
+    assert not np.isnan(penalties[~ungraded]).any()
+    assert (penalties[~ungraded] < 0).any(), "the second step must meet the memory and penalise"
+    assert (trainer.meds_last_cluster_sizes[ungraded] == -1).all()  # never assigned nor stored
+    assert trainer.meds_memory.num_rows == 2 * int((~ungraded).sum())  # 2 steps, graded rows only
+    advantages = np.array(trainer._logs["advantages"])
+    np.testing.assert_array_equal(advantages[ungraded], 0.0)
+    assert "All reward functions returned None" in caplog.text
+
+
+def test_penalty_column_is_none_when_trl_calls_it():
+    from hf_meds_cliff.meds.trainer import MEDSPenaltyReward
+
+    assert MEDSPenaltyReward()(completions=["a", "b"]) == [None, None]
+
+
+# ------------------------------------------------------------------------------------------------
+# Config conversion and messages
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config_class", [MEDSConfig, CliffConfig])
+def test_from_grpo_config_keeps_every_field(config_class, tmp_path):
+    grpo = GRPOConfig(
+        output_dir=str(tmp_path), **{k: v for k, v in BASE.items() if k not in ("per_device_train_batch_size", "learning_rate")},
+        per_device_train_batch_size=4, generation_batch_size=16, loss_type="dr_grpo", scale_rewards="batch",
+        mask_truncated_completions=True, reward_weights=[1.0, 0.5], learning_rate=3e-6,
+    )  # fmt: skip
+    prefix = "meds_alpha" if config_class is MEDSConfig else "cliff_lam"
+    converted = config_class.from_grpo_config(grpo, **{prefix: 0.05})
+    assert isinstance(converted, config_class) and getattr(converted, prefix) == 0.05
+    for name in ("generation_batch_size", "steps_per_generation", "loss_type", "scale_rewards",
+                 "mask_truncated_completions", "reward_weights", "learning_rate", "output_dir", "num_generations"):  # fmt: skip
+        assert getattr(converted, name) == getattr(grpo, name), name
+    assert config_class.from_grpo_config(grpo, generation_batch_size=8).steps_per_generation == 2
+    with pytest.raises(TypeError, match=r"\['not_a_field'\] are not fields"):
+        config_class.from_grpo_config(grpo, not_a_field=1)
+    with pytest.raises(TypeError, match="needs a trl.GRPOConfig"):
+        config_class.from_grpo_config({"output_dir": "x"})
+
+
+def test_trainers_suggest_from_grpo_config(toy_policy_path, tmp_path):
+    from hf_meds_cliff import CliffGRPOTrainer, MEDSGRPOTrainer
+
+    grpo = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    with pytest.raises(TypeError, match=r"MEDSConfig\.from_grpo_config"):
+        MEDSGRPOTrainer(model=str(toy_policy_path), reward_funcs=[correct], args=grpo)
+    with pytest.raises(TypeError, match=r"CliffConfig\.from_grpo_config"):
+        CliffGRPOTrainer(model=str(toy_policy_path), reward_funcs=[correct], args=grpo)
+
+
+def test_reward_weights_mismatch_counts_the_users_functions(toy_policy_path, tmp_path):
+    with pytest.raises(
+        ValueError, match=r"reward_weights has 1 value\(s\) \(\[1\.0\]\) but 2 reward function\(s\)"
+    ):
+        _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(correct, length_score), reward_weights=[1.0])
+    trainer = _meds_trainer(
+        toy_policy_path, tmp_path, reward_funcs=(correct, length_score), reward_weights=[1.0, 0.5]
+    )
+    assert trainer.reward_weights.tolist() == [1.0, 0.5, 1.0]  # the penalty column has weight 1
+    assert trainer.args.reward_weights == [1.0, 0.5]  # the user's config is left as it was
+
+
+# ------------------------------------------------------------------------------------------------
+# First-batch 0/1 correctness check
+# ------------------------------------------------------------------------------------------------
+
+
+def test_non_binary_correctness_values():
+    assert non_binary_correctness_values([0.0, 1.0, 1.0, math.nan]) == []
+    assert non_binary_correctness_values([0.0, 0.0]) == []
+    assert non_binary_correctness_values([0.0, 0.5, 1.0]) == [0.0, 0.5, 1.0]
+    assert non_binary_correctness_values([0.31, 0.42]) == [0.31, 0.42]  # two values, both "wrong"
+    assert non_binary_correctness_values([-1.0, 5.0], threshold=5.0) == []
+    with pytest.raises(ValueError, match="cliff_correctness_reward_index=1.*cliff_correctness_threshold=1"):
+        check_binary_correctness(
+            [0.2, 0.4, 0.9], method="Cliff", index_field="cliff_correctness_reward_index", index=1,
+            threshold_field="cliff_correctness_threshold", threshold=1.0, reward_name="length_score",
+        )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_meds_stops_on_a_graded_correctness_reward(toy_policy_path, tmp_path):
+    trainer = _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(length_score,))
+    with pytest.raises(ValueError, match=r"MEDS needs a 0/1 correctness reward.*'length_score'.*"
+                       r"meds_correctness_reward_index=0.*meds_correctness_threshold=1"):  # fmt: skip
+        trainer.train()
+
+
+@pytest.mark.slow
+def test_cliff_stops_on_a_graded_correctness_reward(toy_policy_path, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff import CliffGRPOTrainer
+    from hf_meds_cliff.toy import make_toy_dataset
+
+    tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
+    tokenizer.padding_side = "left"
+    trainer = CliffGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(toy_policy_path),
+        reward_funcs=[correct, length_score],
+        args=CliffConfig(
+            **{**BASE, "output_dir": str(tmp_path), "max_steps": 1}, cliff_correctness_reward_index=1
+        ),
+        train_dataset=make_toy_dataset("train", 2, seed=0),
+        processing_class=tokenizer,
+    )
+    with pytest.raises(
+        ValueError, match=r"Cliff needs a 0/1 correctness reward.*cliff_correctness_reward_index=1"
+    ):
+        trainer.train()
+
+
+# ------------------------------------------------------------------------------------------------
+# Truncated completions under mask_truncated_completions
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mask_truncated", [True, False])
+def test_truncated_boxed_completion_gets_no_feature_when_masked(toy_policy_path, tmp_path, mask_truncated):
+    """A completion cut off after ``\\boxed{`` (no eos) is masked out of TRL's loss and forward: no feature."""
+    trainer = _meds_trainer(toy_policy_path, tmp_path, mask_truncated_completions=mask_truncated)
+    tokenizer = trainer.processing_class
+    text = "7 + 5 = 12. 12 * 3 = 36. The answer is \\boxed{36}."
+    finished = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    truncated = tokenizer(text[:-3], add_special_tokens=False)["input_ids"]  # "...\boxed{3", cut off
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Compute (7 + 5) * 3."}], add_generation_prompt=True, tokenize=True,
+        return_dict=False,
+    )  # fmt: skip
+    prompt = list(prompt["input_ids"]) if isinstance(prompt, dict) else list(prompt)
+    trainer._meds_prompt_ids = [prompt, prompt]
+    trainer._meds_locations = None
+    features, has_feature, _ = trainer._meds_local_features([finished, truncated])
+    assert has_feature.tolist() == [True, not mask_truncated]
+    assert torch.all(features[1] == 0) == mask_truncated
