@@ -81,7 +81,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
     * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
       with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
-      reward. Every generation round goes through the memory, including groups the filter drops.
+      reward. As in the reference, only the rows the filter and the batch trim keep enter the memory (and are
+      shaped); ``meds_memory_scope="all"`` memorises every generation round (``meds/num_not_memorised`` counts
+      the featured rows left out).
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "meds", "hf-meds-cliff"]
@@ -167,7 +169,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         self._meds_captured_logits = None
         self._meds_capture = None
         if self.model.training:
-            self._meds_locations = locate_answer_tokens(outputs[1], self.processing_class)
+            self._meds_locations = locate_answer_tokens(
+                outputs[1], self.processing_class, rule=self.args.meds_answer_token
+            )
             generate_every = self.args.steps_per_generation * self.num_iterations
             old_logps_forward_runs = self.args.gradient_accumulation_steps % generate_every != 0 or (
                 self.use_vllm and self.vllm_importance_sampling_correction
@@ -218,7 +222,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         """This process's features ``(B, d)``, feature mask ``(B,)`` and the source ("captured"/"forward")."""
         locations = self._meds_locations
         if locations is None or len(locations) != len(completion_ids_list):
-            locations = locate_answer_tokens(completion_ids_list, self.processing_class)
+            locations = locate_answer_tokens(
+                completion_ids_list, self.processing_class, rule=self.args.meds_answer_token
+            )
         has_feature = torch.tensor([loc is not None for loc in locations], dtype=torch.bool)
         if self._meds_captured_logits is not None:
             logits = self._meds_captured_logits
@@ -288,6 +294,16 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         keys = gather_object(keys_local)
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
         scored = has_feature & ~torch.isnan(correctness_reward)
+        # Reference parity: under dynamic sampling only the rows DAPO's filter and batch trim keep are memorised.
+        survivors = (
+            self.dynamic_sampling_survivors(rewards_per_func)
+            if args.meds_memory_scope == "filtered"
+            else None
+        )
+        num_not_memorised = 0
+        if survivors is not None:
+            num_not_memorised = int((scored & ~survivors).sum())
+            scored = scored & survivors
         is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
 
         rows = np.flatnonzero(scored.numpy())
@@ -325,6 +341,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         self._meds_log(
             features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
         )
+        self._metrics["train"]["meds/num_not_memorised"].append(float(num_not_memorised))
         process_slice = slice(
             self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
         )
