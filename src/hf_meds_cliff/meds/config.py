@@ -33,7 +33,8 @@ class MEDSConfig(DAPOConfig):
         meds_penalty_target (`str`, defaults to `"wrong"`):
             Which rollouts are shaped: `"wrong"`, `"right"`, `"both"` or `"none"` (features and memory only).
         meds_num_layers (`int` or `None`, defaults to `None`):
-            Number of last decoder layers in the feature; `None` = the last half (paper: 14 of 28).
+            Number of last decoder layers in the feature; `None` = the last half (paper: 14 of 28). The reference
+            code uses 14 for every model (`use_last_n_layers=14`), and so do the recipes in `recipes/`.
         meds_answer_token (`str`, defaults to `"reference"`): How the answer token is found: `"reference"` (the
             reference implementation's token rule: query = the token holding the `{` of the last `\\boxed{`,
             target = the next token) or `"decoded"` (on the decoded text; the target is the token carrying the first
@@ -81,8 +82,10 @@ class MEDSConfig(DAPOConfig):
     meds_num_layers: int | None = field(
         default=None,
         metadata={
-            "help": "Number of last decoder layers whose answer logits form the feature; None = the last half "
-            "(the paper's best: 14 of 28)."
+            "help": "Number of last decoder layers whose answer logits form the feature; None = the last half, "
+            "N//2 (the paper's wording: 14 of Qwen2.5-Math-7B's 28). The reference code uses 14 for every model "
+            "(run_meds.sh, use_last_n_layers=14; 14 of Qwen3-8B's 36, where N//2 is 18): the paper recipes in "
+            "recipes/ set 14."
         },
     )
     meds_answer_token: str = field(
