@@ -73,9 +73,10 @@ def data_files(tmp_path_factory):
         for p in _problems("arithmetic", 2, "math")
     ]
     (folder / "math.jsonl").write_text("".join(json.dumps(r) + "\n" for r in math_rows))
+    # Cliff judges groups with right and wrong answers: midpoints, which the policy solves about a third of the time.
     aime_rows = [
         {"id": f"2026-I-{i + 1}", "problem": p.question, "answer": p.answer, "solution": p.solution}
-        for i, p in enumerate(_problems(None, 8, "aime"))
+        for i, p in enumerate(_problems("midpoint", 8, "aime"))
     ]
     (folder / "aime.jsonl").write_text("".join(json.dumps(r) + "\n" for r in aime_rows))
     benchmark = [
@@ -173,6 +174,9 @@ def test_train_cliff_on_aime_style_data_with_a_local_teacher(qwen_world_path, da
     # The teacher solved the problems (reference filter) and judged the wrong rollouts of verified mixed groups.
     assert totals["solve_calls"] > 0 and totals["judge_calls"] > 0, logs
     assert sum(r["cliff/groups_cliff"] for r in logs) > 0
+    # A 10 M-parameter teacher cannot write the JSON judgment: each call is counted as a failure (p(a) = 0).
+    judged = sum(r.get("cliff/judge_failures/parse_error", 0.0) for r in logs)
+    assert 0 < judged <= totals["judge_calls"]
 
 
 def test_eval_passk_on_a_local_benchmark_with_answer_from_solution(qwen_world_path, data_files, tmp_path):
