@@ -169,6 +169,19 @@ def test_local_file_columns(tmp_path):
         load_benchmark(str(tmp_path / "missing.parquet"))
 
 
+def test_local_file_answer_from_solution(tmp_path):
+    path = tmp_path / "math-like.jsonl"
+    rows = [
+        {"problem": "Half of 1?", "solution": "Divide: $1/2 = \\frac{1}{2}$, so $\\boxed{\\frac{1}{2}}$."},
+        {"problem": "No box", "solution": "It is 3."},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    whole = load_benchmark(str(path), answer_column="solution")
+    assert whole[0].answer == rows[0]["solution"]  # without the flag the worked solution is the "answer"
+    problems = load_benchmark(str(path), answer_column="solution", answer_from_solution=True)
+    assert [p.answer for p in problems] == ["\\frac{1}{2}"]  # the boxed answer; the box-less row is skipped
+
+
 def test_answer_post_processing():
     assert gsm8k_answer("He pays 3 * 4 = <<3*4=12>>12.\n#### 1,200") == "1200"
     with pytest.raises(ValueError, match="without '####"):

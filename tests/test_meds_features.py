@@ -90,7 +90,7 @@ def test_bpe_tokenizer_has_brace_digit_merges(bpe_tokenizer):
 )
 def test_locate_answer_token_on_bpe_matches_char_reference(bpe_tokenizer, text):
     ids = bpe_tokenizer(text, add_special_tokens=False)["input_ids"]
-    location = locate_answer_token(ids, bpe_tokenizer)
+    location = locate_answer_token(ids, bpe_tokenizer, rule="decoded")
     brace_token, merged = _char_reference(ids, bpe_tokenizer)
     if merged:
         assert location == AnswerLocation(brace_token - 1, brace_token, ids[brace_token])
@@ -104,7 +104,7 @@ def test_locate_answer_token_on_bpe_matches_char_reference(bpe_tokenizer, text):
 def test_locate_answer_token_merged_brace_case_is_exercised(bpe_tokenizer):
     ids = bpe_tokenizer("The answer is \\boxed{13}.", add_special_tokens=False)["input_ids"]
     tokens = bpe_tokenizer.convert_ids_to_tokens(ids)
-    location = locate_answer_token(ids, bpe_tokenizer)
+    location = locate_answer_token(ids, bpe_tokenizer, rule="decoded")
     assert tokens[location.target_index] == "Ġ\\boxed{1"
     assert location.query_index == location.target_index - 1
 
@@ -119,7 +119,7 @@ def test_locate_answer_token_edge_cases(bpe_tokenizer):
         assert locate_answer_token(ends, bpe_tokenizer) is None
     # A long completion: the suffix window must grow to reach the box.
     long_ids = bpe_tokenizer("\\boxed{5} " + "x = 1. " * 60, add_special_tokens=False)["input_ids"]
-    location = locate_answer_token(long_ids, bpe_tokenizer)
+    location = locate_answer_token(long_ids, bpe_tokenizer, rule="decoded")
     assert location is not None and bpe_tokenizer.decode(long_ids[: location.target_index + 1]).endswith("5")
 
 

@@ -76,6 +76,7 @@ def test_paper_hyperparameters_are_in_the_meds_recipes():
         assert (values["meds_alpha"], values["meds_beta"]) == (alpha, beta)
         assert values["epsilon_high"] == 0.28 and values["loss_type"] == "dapo" and values["dynamic_sampling"]
         assert values["num_generations"] == 16
+        assert values["meds_num_layers"] == 14  # run_meds.sh: use_last_n_layers=14 for every model
         completions_per_step = (
             values["per_device_train_batch_size"] * values["gradient_accumulation_steps"] * 8
         )

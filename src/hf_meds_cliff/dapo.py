@@ -182,6 +182,7 @@ class DynamicSamplingMixin:
     """
 
     _last_gathered_rewards: torch.Tensor | None = None
+    _dynamic_sampling_rows_needed: int | None = None  # rows the batch still needs, during a round only
     _dynamic_sampling_cursor: int = 0
     _dynamic_sampling_epoch: int = 0
     _dynamic_sampling_order: torch.Tensor | None = None
@@ -193,6 +194,22 @@ class DynamicSamplingMixin:
 
     def _dynamic_sampling_enabled(self) -> bool:
         return bool(getattr(self.args, "dynamic_sampling", False)) and self.model.training
+
+    def dynamic_sampling_survivors(self, gathered_rewards: torch.Tensor) -> torch.Tensor | None:
+        """Which rows of the generation round being scored end up in the training batch.
+
+        ``gathered_rewards`` (B_global, n_funcs), the round's rewards of all processes in TRL's order, as
+        ``_calculate_rewards`` returns them → bool (B_global,): the rows of groups with accuracy variance
+        (:func:`groups_with_signal` on ``dynamic_sampling_reward_index``) that the batch trim keeps (the first ones,
+        in generation order, up to the rows the batch still needs). ``None`` outside a dynamic-sampling round,
+        where every row is trained on. Subclasses use it to act only on the rows DAPO keeps (MEDS' memory).
+        """
+        needed = self._dynamic_sampling_rows_needed
+        if needed is None:
+            return None
+        values = gathered_rewards[:, self.args.dynamic_sampling_reward_index].float().cpu()
+        keep = groups_with_signal(values, self.num_generations)
+        return keep & (torch.cumsum(keep.long(), dim=0) <= needed)
 
     def _next_prompt_batch(self, size: int) -> list[dict]:
         """This process's share of a fresh generation batch, ``size`` rows, groups as TRL lays them out."""
@@ -235,7 +252,11 @@ class DynamicSamplingMixin:
                     "or more varied prompts, raise --num_generations, or turn --dynamic_sampling off."
                 )
             rounds += 1
-            output = super()._generate_and_score_completions(batch)
+            self._dynamic_sampling_rows_needed = target - kept_total
+            try:
+                output = super()._generate_and_score_completions(batch)
+            finally:
+                self._dynamic_sampling_rows_needed = None
             key_order = [key for key, value in output.items() if value is not None]
             gathered = self._last_gathered_rewards
             if gathered is None or index >= gathered.shape[1]:

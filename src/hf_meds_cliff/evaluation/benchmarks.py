@@ -189,8 +189,15 @@ def _problems_from_dataset(
     id_column: str | None,
     answer_format: str,
     prompt_template: str,
+    answer_from_solution: bool = False,
 ) -> list[EvalProblem]:
     to_answer = ANSWER_FORMATS[answer_format]
+    if answer_from_solution:
+        from ..rewards.extraction import extract_boxed_answer
+
+        def to_answer(value: Any) -> str:
+            return extract_boxed_answer(str(value)) or ""
+
     problems = []
     seen: set[str] = set()
     for row in dataset:
@@ -214,6 +221,7 @@ def load_benchmark(
     problem_column: str | None = None,
     answer_column: str | None = None,
     id_column: str | None = None,
+    answer_from_solution: bool = False,
     prompt_template: str = "qwen_math",
     max_problems: int | None = None,
     toy_num_problems: int = 200,
@@ -226,6 +234,8 @@ def load_benchmark(
             or a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file.
         problem_column, answer_column, id_column: column overrides (required for local files
             whose columns are not ``problem``/``answer``).
+        answer_from_solution: the answer column holds worked solutions (MATH's ``solution``); the ground
+            truth is the content of their last ``\\boxed{}`` (rows without one are skipped).
         prompt_template: how a problem becomes a chat prompt (:data:`hf_meds_cliff.data.PROMPT_TEMPLATES`
             except ``keep``); ignored for ``toy``, whose prompts are used as they are.
         max_problems: keep only the first problems (smoke runs).
@@ -281,6 +291,7 @@ def load_benchmark(
             id_column=id_column,
             answer_format=answer_format,
             prompt_template=prompt_template,
+            answer_from_solution=answer_from_solution,
             **columns,
         )
     if not problems:

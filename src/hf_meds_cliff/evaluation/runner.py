@@ -58,9 +58,8 @@ _SAMPLE_DEFINING_FIELDS = (
     "toy_seed",
     "verify_float_rounding",  # scoring settings: the records' verdicts depend on them
     "verify_strict",
+    "answer_from_solution",
 )
-_DEFAULTS_OF_LATER_FIELDS = {"verify_float_rounding": DEFAULT_FLOAT_ROUNDING, "verify_strict": True}
-"""Values of fields that an ``eval_config.json`` written before they existed did not record."""
 
 
 @dataclass
@@ -125,6 +124,13 @@ class EvalArguments:
     )
     answer_column: str | None = field(
         default=None, metadata={"help": "Answer column (local files / overrides)."}
+    )
+    answer_from_solution: bool = field(
+        default=False,
+        metadata={
+            "help": "The answer column is a worked solution (MATH's `solution`): take its last \\boxed{} as the "
+            "ground truth (problems without one are skipped)."
+        },
     )
     id_column: str | None = field(
         default=None, metadata={"help": "Problem id column (default: hash of the problem)."}
@@ -279,9 +285,10 @@ def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
                 "current settings, or pass --overwrite."
             )
         mismatched = {
-            name: (previous.get(name, _DEFAULTS_OF_LATER_FIELDS.get(name)), value)
+            # A setting added after a run was written counts as its default there.
+            name: (previous.get(name, EvalArguments.__dataclass_fields__[name].default), value)
             for name, value in current.items()
-            if previous.get(name, _DEFAULTS_OF_LATER_FIELDS.get(name)) != value
+            if previous.get(name, EvalArguments.__dataclass_fields__[name].default) != value
         }
         if mismatched:
             details = ", ".join(f"{name}: {old!r} -> {new!r}" for name, (old, new) in mismatched.items())
@@ -359,6 +366,7 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
                 name,
                 problem_column=args.problem_column,
                 answer_column=args.answer_column,
+                answer_from_solution=args.answer_from_solution,
                 id_column=args.id_column,
                 prompt_template=args.prompt_template,
                 max_problems=args.max_problems,

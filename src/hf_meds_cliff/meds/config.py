@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dapo import DAPOConfig
+from .features import ANSWER_TOKEN_RULES
 
 PENALTY_TARGETS = ("wrong", "right", "both", "none")
 NOISE_POLICIES = ("cluster", "ignore")
+MEMORY_SCOPES = ("filtered", "all")
 
 
 @dataclass
@@ -31,7 +33,15 @@ class MEDSConfig(DAPOConfig):
         meds_penalty_target (`str`, defaults to `"wrong"`):
             Which rollouts are shaped: `"wrong"`, `"right"`, `"both"` or `"none"` (features and memory only).
         meds_num_layers (`int` or `None`, defaults to `None`):
-            Number of last decoder layers in the feature; `None` = the last half (paper: 14 of 28).
+            Number of last decoder layers in the feature; `None` = the last half (paper: 14 of 28). The reference
+            code uses 14 for every model (`use_last_n_layers=14`), and so do the recipes in `recipes/`.
+        meds_answer_token (`str`, defaults to `"reference"`): How the answer token is found: `"reference"` (the
+            reference implementation's token rule: query = the token holding the `{` of the last `\\boxed{`,
+            target = the next token) or `"decoded"` (on the decoded text; the target is the token carrying the first
+            answer characters, even when BPE merged them with the `{`). See `locate_answer_token`.
+        meds_memory_scope (`str`, defaults to `"filtered"`): Which rollouts enter the memory under dynamic sampling:
+            `"filtered"` (the reference: only those DAPO's group filter and batch trim keep) or `"all"` (every
+            generation round). Without dynamic sampling both are every rollout.
         meds_use_layer_diff (`bool`, defaults to `False`): Use first differences of the per-layer logits.
         meds_logit_lens (`bool`, defaults to `False`): Apply the final norm to every layer before the LM head row.
         meds_knn_k (`int`, defaults to `3`), meds_min_cluster_size (`int`, defaults to `2`),
@@ -78,8 +88,31 @@ class MEDSConfig(DAPOConfig):
     meds_num_layers: int | None = field(
         default=None,
         metadata={
-            "help": "Number of last decoder layers whose answer logits form the feature; None = the last half "
-            "(the paper's best: 14 of 28)."
+            "help": "Number of last decoder layers whose answer logits form the feature; None = the last half, "
+            "N//2 (the paper's wording: 14 of Qwen2.5-Math-7B's 28). The reference code uses 14 for every model "
+            "(run_meds.sh, use_last_n_layers=14; 14 of Qwen3-8B's 36, where N//2 is 18): the paper recipes in "
+            "recipes/ set 14."
+        },
+    )
+    meds_answer_token: str = field(
+        default="reference",
+        metadata={
+            "help": "How the answer token is found: 'reference' (the reference code's rule: the token holding the "
+            "'{' of the last \\boxed{ is the query position and the next token the target; with Qwen's merges "
+            "'{\\' + 'frac' the target is 'frac') or 'decoded' (on the decoded text: the target is the token that "
+            "carries the first answer characters, e.g. '{\\', and the query the token before it). Both give no "
+            "feature for an empty box or a '{' followed only by EOS/padding.",
+            "choices": list(ANSWER_TOKEN_RULES),
+        },
+    )
+    meds_memory_scope: str = field(
+        default="filtered",
+        metadata={
+            "help": "Which rollouts enter the error memory when dynamic_sampling is on: 'filtered' (the reference: "
+            "only rows of groups that survive DAPO's accuracy-variance filter and the batch trim; all-right and "
+            "all-wrong groups never enter) or 'all' (every generation round, including dropped groups). Without "
+            "dynamic sampling every rollout enters either way.",
+            "choices": list(MEMORY_SCOPES),
         },
     )
     meds_use_layer_diff: bool = field(
@@ -194,6 +227,16 @@ class MEDSConfig(DAPOConfig):
             raise ValueError(
                 f"meds_noise_policy={self.meds_noise_policy!r} is not one of {list(NOISE_POLICIES)}; use 'cluster' "
                 "(reference) or 'ignore' (paper wording)."
+            )
+        if self.meds_answer_token not in ANSWER_TOKEN_RULES:
+            raise ValueError(
+                f"meds_answer_token={self.meds_answer_token!r} is not one of {list(ANSWER_TOKEN_RULES)}; use "
+                "'reference' (the reference implementation's rule)."
+            )
+        if self.meds_memory_scope not in MEMORY_SCOPES:
+            raise ValueError(
+                f"meds_memory_scope={self.meds_memory_scope!r} is not one of {list(MEMORY_SCOPES)}; use 'filtered' "
+                "(the reference) or 'all'."
             )
         if self.meds_num_layers is not None and self.meds_num_layers < 1:
             raise ValueError(

@@ -7,8 +7,8 @@ is layer ``n``'s output at the position whose next-token prediction is ``y*``. T
 
 Three pieces, each usable on its own:
 
-* :func:`locate_answer_token` finds ``y*`` in the completion tokens (tokenizer-agnostic, robust to
-  BPE merges, see its docstring for the exact convention);
+* :func:`locate_answer_token` finds ``y*`` in the completion tokens: by default exactly as the reference
+  implementation does (``rule="reference"``), or on the decoded text (``rule="decoded"``); see its docstring;
 * :func:`resolve_decoder` finds the decoder layers, final norm and LM head of a plain, PEFT- or
   DDP-wrapped Qwen2/Qwen3/Llama-style model;
 * :class:`AnswerLogitCapture` hooks the kept layers during *any* forward pass (ours, or one TRL runs
@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ANSWER_MARKER",
+    "ANSWER_TOKEN_RULES",
     "AnswerLocation",
     "AnswerLogitCapture",
     "DecoderParts",
@@ -44,12 +45,19 @@ __all__ = [
     "forward_chunk_count",
     "locate_answer_token",
     "locate_answer_tokens",
+    "reference_brace_index",
     "resolve_decoder",
     "select_layers",
 ]
 
 ANSWER_MARKER = "\\boxed{"
 """Text that opens the final answer; the *last* occurrence in a completion is the one used."""
+
+ANSWER_TOKEN_RULES = ("reference", "decoded")
+"""How :func:`locate_answer_token` finds the answer token (``MEDSConfig.meds_answer_token``)."""
+
+REFERENCE_BRACE_WINDOW = 10
+"""Reference fallback: the ``{`` token must lie within this many tokens from the ``boxed`` token (inclusive)."""
 
 
 @dataclass(frozen=True)
@@ -69,35 +77,43 @@ def _decode(tokenizer, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def locate_answer_token(
+def reference_brace_index(
     completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER
-) -> AnswerLocation | None:
-    """Locate the first token of the final answer (the one after the last ``\\boxed{``).
+) -> int | None:
+    """Index of the token holding the ``{`` of the answer box, by the reference implementation's rule.
 
-    Let ``b`` be the completion token that contains the ``{`` of the last ``\\boxed{`` (found on the
-    decoded text, so any tokenizer and any split of ``\\boxed{`` into tokens works).
+    The rule of ``find_brace_positions_in_responses`` in the authors' ``recipe/MEDS/extract_layer_logits.py``:
 
-    * If the text of ``b`` ends with that ``{`` (the usual case, and the reference's), the target is
-      the next token ``b + 1`` and the query position is ``b``.
-    * If a BPE merge put the first answer characters into ``b`` itself (a token like ``{1``), the next
-      token would skip part of the answer, so the target is ``b`` (the token that starts the answer)
-      and the query position is ``b - 1`` (``-1``: the last prompt token). The reference code would
-      take ``b + 1``; this project takes the token that carries the first answer characters.
+    1. the last exact occurrence of the token sequence ``tokenizer.encode(marker)`` (``\\boxed{``), searched
+       from the end: its last token;
+    2. else, scanning tokens from the end (``convert_ids_to_tokens``), the last token whose string contains
+       ``"boxed"`` (any case) that has a token containing ``"{"`` at most ``REFERENCE_BRACE_WINDOW - 1``
+       positions after it (itself included): the first such token.
 
-    Returns ``None`` when there is no ``\\boxed{`` or no token after it.
-
-    Cost: the search decodes growing suffixes of the completion (the answer is near the end) and then
-    bisects inside the found window, so it is ``O(w log w)`` in the distance ``w`` from the end.
-
-    Args:
-        completion_ids: the completion's token ids (no padding), shape ``(T,)``.
-        tokenizer: a Hugging Face tokenizer (``decode`` is all that is used).
-        marker: the answer-opening text, ``\\boxed{`` by default; its last character must be ``{``.
+    Qwen's BPE often merges the ``{`` with what follows (``{\\``, ``{-``, ``{(``, ``{x``) or with a preceding
+    space (``Ġ\\`` + ``boxed``), so step 2 decides most real completions.
     """
     ids = [int(i) for i in completion_ids]
+    marker_ids = list(tokenizer.encode(marker, add_special_tokens=False))
+    width = len(marker_ids)
+    if width:
+        for start in range(len(ids) - width, -1, -1):
+            if ids[start : start + width] == marker_ids:
+                return start + width - 1
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    for index in range(len(tokens) - 1, -1, -1):
+        token = tokens[index]
+        if isinstance(token, str) and "boxed" in token.lower():
+            for candidate in range(index, min(index + REFERENCE_BRACE_WINDOW, len(tokens))):
+                if isinstance(tokens[candidate], str) and "{" in tokens[candidate]:
+                    return candidate
+    return None
+
+
+def _decoded_brace_index(ids: list[int], tokenizer, marker: str) -> tuple[int, bool] | None:
+    """(index of the token completing the last ``marker`` on the decoded text, whether the answer starts
+    inside that token)."""
     n = len(ids)
-    if n == 0:
-        return None
     # Grow a suffix window until it holds the whole last marker.
     window = min(n, 32)
     while True:
@@ -118,14 +134,73 @@ def locate_answer_token(
             high = middle
         else:
             low = middle + 1
-    brace_index = start + low - 1
     prefix = _decode(tokenizer, ids[start : start + low])
-    answer_starts_inside = len(prefix) > prefix.rfind(marker) + len(marker)
+    return start + low - 1, len(prefix) > prefix.rfind(marker) + len(marker)
+
+
+def _has_answer_after_brace(ids: list[int], brace_index: int, tokenizer) -> bool:
+    """Whether any answer text follows the ``{`` in token ``brace_index`` (special tokens such as EOS and
+    padding do not count, whitespace does not count, and a box closed at once is empty)."""
+    text = tokenizer.decode(ids[brace_index:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    brace = text.find("{")
+    answer = (text[brace + 1 :] if brace >= 0 else text).lstrip()
+    return answer != "" and not answer.startswith("}")
+
+
+def locate_answer_token(
+    completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER, rule: str = "reference"
+) -> AnswerLocation | None:
+    """Locate the answer token ``y*`` of a completion and the position whose hidden state predicts it.
+
+    ``rule="reference"`` (default) reproduces the reference implementation: the token ``b`` holding the
+    ``{`` is found by :func:`reference_brace_index` (exact token-sequence match of ``\\boxed{`` from the end,
+    else the ``"boxed"``/``"{"`` token-string fallback); the query position is ``b`` and the target ``b + 1``.
+    When Qwen merges the brace with the answer's first characters (``{\\`` + ``frac``), the target is the
+    token after the merged one (``frac``), as in the reference.
+
+    ``rule="decoded"`` (this project's earlier behaviour) finds ``b`` as the token that completes the last
+    ``\\boxed{`` of the *decoded* text; when ``b`` also carries the first answer characters (``{1``) the target
+    is ``b`` itself and the query ``b - 1`` (``-1``: the last prompt token), so the target starts the answer.
+    Cost ``O(w log w)`` decodes in the distance ``w`` of the box from the end.
+
+    Both rules return ``None`` (no feature) when there is no box, when the box is empty (``\\boxed{}``,
+    ``\\boxed{ }``), or when only EOS/padding (or nothing) follows the ``{`` (the target would be a special
+    token). The reference still computes a feature in the last two cases, with ``}`` or the padding token as
+    the target (and, for a ``{`` in the last position of the padded batch, none).
+
+    Args:
+        completion_ids: the completion's token ids (no padding needed; EOS may be included), shape ``(T,)``.
+        tokenizer: a Hugging Face tokenizer.
+        marker: the answer-opening text, ``\\boxed{`` by default; its last character must be ``{``.
+        rule: ``"reference"`` or ``"decoded"`` (see above).
+    """
+    if rule not in ANSWER_TOKEN_RULES:
+        raise ValueError(f"rule={rule!r} is not one of {list(ANSWER_TOKEN_RULES)} (meds_answer_token).")
+    ids = [int(i) for i in completion_ids]
+    n = len(ids)
+    if n == 0:
+        return None
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if rule == "reference":
+        brace_index = reference_brace_index(ids, tokenizer, marker)
+        if brace_index is None or brace_index + 1 >= n or ids[brace_index + 1] in special:
+            return None
+        if not _has_answer_after_brace(ids, brace_index, tokenizer):
+            return None
+        return AnswerLocation(
+            query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1]
+        )
+    found = _decoded_brace_index(ids, tokenizer, marker)
+    if found is None:
+        return None
+    brace_index, answer_starts_inside = found
+    if not _has_answer_after_brace(ids, brace_index, tokenizer):
+        return None
     if answer_starts_inside:
         return AnswerLocation(
             query_index=brace_index - 1, target_index=brace_index, target_id=ids[brace_index]
         )
-    if brace_index + 1 >= n:
+    if brace_index + 1 >= n or ids[brace_index + 1] in special:
         return None
     return AnswerLocation(
         query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1]
@@ -133,10 +208,13 @@ def locate_answer_token(
 
 
 def locate_answer_tokens(
-    completion_ids_list: Sequence[Sequence[int]], tokenizer, marker: str = ANSWER_MARKER
+    completion_ids_list: Sequence[Sequence[int]],
+    tokenizer,
+    marker: str = ANSWER_MARKER,
+    rule: str = "reference",
 ) -> list[AnswerLocation | None]:
     """:func:`locate_answer_token` for each completion of a batch."""
-    return [locate_answer_token(ids, tokenizer, marker) for ids in completion_ids_list]
+    return [locate_answer_token(ids, tokenizer, marker, rule) for ids in completion_ids_list]
 
 
 @dataclass

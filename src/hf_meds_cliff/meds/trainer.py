@@ -90,7 +90,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
     * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
       with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
-      reward. Every generation round goes through the memory, including groups the filter drops.
+      reward. As in the reference, only the rows the filter and the batch trim keep enter the memory (and are
+      shaped); ``meds_memory_scope="all"`` memorises every generation round (``meds/num_not_memorised`` counts
+      the featured rows left out).
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "meds", "hf-meds-cliff"]
@@ -247,7 +249,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         captured from that forward would describe masked tokens, and shaping a rollout that is not trained on
         is pointless, so such a completion gets no feature (and never enters the memory) on either path.
         """
-        locations = locate_answer_tokens(completion_ids_list, self.processing_class)
+        locations = locate_answer_tokens(
+            completion_ids_list, self.processing_class, rule=self.args.meds_answer_token
+        )
         if self.args.mask_truncated_completions:
             eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
             locations = [
@@ -393,6 +397,16 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
         self._meds_check_correctness(correctness_reward)
         scored = has_feature & ~torch.isnan(correctness_reward)
+        # Reference parity: under dynamic sampling only the rows DAPO's filter and batch trim keep are memorised.
+        survivors = (
+            self.dynamic_sampling_survivors(rewards_per_func)
+            if args.meds_memory_scope == "filtered"
+            else None
+        )
+        num_not_memorised = 0
+        if survivors is not None:
+            num_not_memorised = int((scored & ~survivors).sum())
+            scored = scored & survivors
         is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
 
         rows = np.flatnonzero(scored.numpy())
@@ -436,6 +450,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         self._meds_log(
             features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
         )
+        self._metrics["train"]["meds/num_not_memorised"].append(float(num_not_memorised))
         process_slice = slice(
             self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
         )

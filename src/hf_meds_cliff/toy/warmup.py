@@ -35,7 +35,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,17 +200,36 @@ def warmup_toy_model(
     )
     key = config.cache_key()
     target = Path(output_dir) if output_dir is not None else default_cache_root() / "toy" / key
+
+    def build(staging: Path) -> None:
+        with _torch_threads(num_threads):
+            _train_and_save(config, key, staging)
+
+    return build_cached(target, key, build, what="toy warm-up")
+
+
+def build_cached(target: Path, key: str, build: Callable[[Path], None], what: str = "warm-up") -> Path:
+    """Return ``target`` holding a finished build with cache ``key``, running ``build(staging)`` if needed.
+
+    The cache machinery of the warm-ups (toy world and Qwen-tokenizer world): under a file lock beside
+    ``target``, a folder whose ``warmup_metrics.json`` has this ``cache_key`` (and a ``stop_reason`` other than
+    ``time_budget``) is reused; otherwise ``build`` writes into a temporary sibling folder, which is renamed into
+    place, so a crash never leaves a half cache and concurrent callers build once. ``build`` must write
+    ``warmup_metrics.json`` with ``cache_key`` (and ``stop_reason``). A non-empty ``target`` holding something else
+    is an error.
+    """
+    target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.parent / f".{target.name}.lock"):
         if _is_complete(target, key):
-            logger.info("Reusing the warmed-up toy policy in %s", target)
+            logger.info("Reusing the %s in %s", what, target)
             return target
         if target.exists() and _read_cache_key(target) == key:  # the same warm-up, cut short by the time cap
-            logger.warning("Redoing the toy warm-up in %s: the previous run hit its time budget.", target)
+            logger.warning("Redoing the %s in %s: the previous run hit its time budget.", what, target)
             shutil.rmtree(target)
         if target.exists() and any(target.iterdir()):
             raise ValueError(
-                f"{target} is not empty and holds no warm-up with these settings (key {key}); "
+                f"{target} is not empty and holds no {what} with these settings (key {key}); "
                 "pass an empty or new output_dir, or delete that folder."
             )
         for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed run; we hold the lock
@@ -218,8 +237,7 @@ def warmup_toy_model(
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
         staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
         try:
-            with _torch_threads(num_threads):
-                _train_and_save(config, key, staging)
+            build(staging)
             if target.exists():
                 target.rmdir()  # empty (checked above)
             os.replace(staging, target)
