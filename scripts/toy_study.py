@@ -102,7 +102,9 @@ def method_config(method: str, settings: StudySettings, seed: int, output_dir: s
     if method == "dapo":
         return DAPOConfig(**shared, **dapo)
     if method == "meds":
-        return MEDSConfig(**shared, **dapo, meds_alpha=0.1, meds_beta=0.2)
+        # docs/toy_study.md was measured when every generation round entered the memory; keep that scope so
+        # the study reproduces its document (the library's default is now the reference's "filtered").
+        return MEDSConfig(**shared, **dapo, meds_alpha=0.1, meds_beta=0.2, meds_memory_scope="all")
     if method == "cliff":
         return CliffConfig(**shared, **grpo, cliff_teacher="rule", cliff_lam=0.0)
     raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
