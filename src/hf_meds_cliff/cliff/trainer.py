@@ -226,8 +226,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 accelerator.pad_across_processes(completion_mask, dim=1, pad_index=0)
             )
         mask = completion_mask.float()
+        # GRPO with Teacher (cliff_split_credit=False): no correct prefix, the whole rollout is the suffix.
+        credited_suffix = suffix_start if args.cliff_split_credit else torch.zeros_like(suffix_start)
         token_advantages = cliff_token_advantages(
-            sequence_advantages, is_correct, group_ids, suffix_start, mask, lam=float(args.cliff_lam)
+            sequence_advantages, is_correct, group_ids, credited_suffix, mask, lam=float(args.cliff_lam)
         )
         uses_cliff = torch.tensor([mode == GROUP_CLIFF for mode in outcome.group_modes], device=device)
         plain = sequence_advantages.unsqueeze(1) * mask
