@@ -23,6 +23,7 @@ PAIRS = (  # (method, its baseline): the comparisons the study is about
 PROBE_KEYS = (
     ("reward", "probe reward (training pool)"),
     ("distinct_wrong_answers", "distinct wrong answers / prompt"),
+    ("distinct_per_wrong", "distinct wrong answers / wrong rollout"),
     ("wrong_answer_top_share", "share of the top wrong answer"),
     ("trap_share_of_wrong", "trap share of wrong answers"),
     ("eigen_ratio_wrong", "top-1 eigen ratio, wrong answers"),
@@ -66,6 +67,18 @@ def paired_test(differences: list[float]) -> dict:
     return result
 
 
+def add_derived_probe_metrics(runs: list[dict], probe_samples: int) -> None:
+    """``distinct_per_wrong``: distinct wrong answers per prompt over the mean number of wrong rollouts per prompt.
+
+    Fewer wrong rollouts alone mean fewer distinct wrong answers and a larger top share; this ratio (an
+    approximation: a ratio of means over the pool) separates a collapse of the errors from a rise in accuracy.
+    """
+    for run in runs:
+        for record in run["probe"]:
+            wrong = probe_samples * (1.0 - record["reward"])
+            record["distinct_per_wrong"] = record["distinct_wrong_answers"] / wrong if wrong > 0 else math.nan
+
+
 def probe_curve(runs: list[dict], key: str) -> tuple[list[int], list[float]]:
     steps = sorted({p["step"] for r in runs for p in r["probe"]})
     values = []
@@ -100,6 +113,7 @@ def write_report(runs: list[dict], settings: dict, report_path: Path) -> None:
     for run in runs:
         (results_dir / f"{run['method']}-seed{run['seed']}.json").write_text(json.dumps(run, indent=1))
 
+    add_derived_probe_metrics(runs, settings["probe_samples"])
     initial = next((r for r in runs if r["method"] == "warm-up"), None)
     by_method = {m: sorted((r for r in runs if r["method"] == m), key=lambda r: r["seed"]) for m in METHODS}
     methods = [m for m in METHODS if by_method[m]]
