@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import statistics
+from collections import Counter
 from pathlib import Path
 
 METHODS = ("grpo", "dapo", "meds", "meds_strong", "cliff", "grpo_teacher")
@@ -79,6 +80,55 @@ def add_derived_probe_metrics(runs: list[dict], probe_samples: int) -> None:
             record["distinct_per_wrong"] = record["distinct_wrong_answers"] / wrong if wrong > 0 else math.nan
 
 
+def expected_distinct(reference: list, draws: int) -> float:
+    """Expected number of distinct values among ``draws`` values drawn without replacement from ``reference``.
+
+    >>> round(expected_distinct([1, 1, 2, 3], 2), 6)  # of the 6 pairs only {1, 1} has one value: (1 + 5 * 2) / 6
+    1.833333
+    """
+    n = len(reference)
+    if draws <= 0:
+        return 0.0
+    if draws >= n:
+        return float(len(set(reference)))
+    total = math.comb(n, draws)
+    return sum(1.0 - math.comb(n - count, draws) / total for count in Counter(reference).values())
+
+
+def rarefaction_rows(premise: list[dict]) -> list[dict]:
+    """Per premise run and probe step: observed distinct wrong answers per prompt vs the no-collapse expectation.
+
+    The expectation draws, for every prompt, as many wrong answers as the probe saw from the warm-up's own wrong
+    answers on that prompt (a large warm-up sample): what the diversity would be if training had only removed
+    wrong rollouts at random. Prompts whose probe saw more wrong answers than the reference holds are capped.
+    """
+    reference = next((r for r in premise if r.get("method") is None and "wrong_answers" in r), None)
+    if reference is None:
+        return []
+    rows = []
+    for run in premise:
+        if run.get("method") != "grpo":
+            continue
+        for record in run["probe"]:
+            observed, expected, capped = [], [], 0
+            for wrong, ref in zip(record["wrong_answers"], reference["wrong_answers"]):
+                capped += len(wrong) > len(ref)
+                observed.append(len(set(wrong)))
+                expected.append(expected_distinct(ref, len(wrong)))
+            rows.append(
+                {
+                    "seed": run["seed"],
+                    "step": record["step"],
+                    "wrong_per_prompt": statistics.mean(len(w) for w in record["wrong_answers"]),
+                    "observed": statistics.mean(observed),
+                    "expected": statistics.mean(expected),
+                    "capped": capped,
+                    "trap_share": record["trap_share_of_wrong"],
+                }
+            )
+    return rows
+
+
 def probe_curve(runs: list[dict], key: str) -> tuple[list[int], list[float]]:
     steps = sorted({p["step"] for r in runs for p in r["probe"]})
     values = []
@@ -99,7 +149,9 @@ def history_curve(runs: list[dict], key: str) -> tuple[list[int], list[float]]:
     return steps, values
 
 
-def write_report(runs: list[dict], settings: dict, report_path: Path) -> None:
+def write_report(
+    runs: list[dict], settings: dict, report_path: Path, premise: list[dict] | None = None
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,6 +312,39 @@ def write_report(runs: list[dict], settings: dict, report_path: Path) -> None:
             cells.append(f"{test['t_p']:.2f} / {test['sign_flip_p']:.2f}")
         significance.append(f"| {method} − {baseline} | {len(common)} | " + " | ".join(cells) + " |")
 
+    premise = premise or []
+    reference = next((r for r in premise if r.get("method") is None and "wrong_answers" in r), None)
+    rarefaction = rarefaction_rows(premise)
+    rarefaction_table = []
+    if rarefaction:
+        rarefaction_table = [
+            (
+                f"Premise check: GRPO re-run with every wrong answer kept (seeds {sorted({r['seed'] for r in rarefaction})}); "
+                f"reference: the warm-up, {reference['samples']} samples per pool prompt "
+                f"({statistics.mean(len(w) for w in reference['wrong_answers']):.1f} wrong answers per prompt, trap share "
+                f'{100 * reference["trap_share_of_wrong"]:.1f} %). "no collapse" = the distinct wrong answers expected when '
+                "each prompt's probe count of wrong answers is drawn from the warm-up's own wrong answers on that prompt."
+            ),
+            "",
+            (
+                "| step | wrong rollouts / prompt | distinct wrong / prompt (observed) | no-collapse expectation | "
+                "observed / expected | trap share of wrong (%) |"
+            ),
+            "|---|---|---|---|---|---|",
+        ]
+        for step in sorted({r["step"] for r in rarefaction}):
+            at = [r for r in rarefaction if r["step"] == step]
+            ratio = [r["observed"] / r["expected"] for r in at if r["expected"] > 0]
+            rarefaction_table.append(
+                f"| {step} | {mean_std([r['wrong_per_prompt'] for r in at], 1, 2)} | "
+                f"{mean_std([r['observed'] for r in at], 1, 2)} | {mean_std([r['expected'] for r in at], 1, 2)} | "
+                f"{mean_std(ratio, 1, 3)} | {mean_std([r['trap_share'] for r in at], 100)} |"
+            )
+        capped = sum(r["capped"] for r in rarefaction)
+        rarefaction_table.append("")
+        rarefaction_table.append(
+            f"Prompt-probes capped (more wrong answers than the reference holds): {capped}."
+        )
     reading = "_Not written yet._"
     if report_path.exists():
         text = report_path.read_text()
@@ -317,7 +402,9 @@ All fixed before the first RL run, none revisited after seeing results:
 
 ![premise](figures/mechanism_premise_grpo.png)
 
-Probe on the training pool (mean ± std over seeds):
+{chr(10).join(rarefaction_table)}
+
+Probe on the training pool, every method (mean ± std over seeds):
 
 {chr(10).join(probe_table)}
 

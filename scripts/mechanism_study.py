@@ -281,6 +281,8 @@ def probe(model, tokenizer, problems, samples: int, max_new_tokens: int, seed: i
         "eigen_ratio_wrong": eigen(wrong),
         "eigen_ratio_wrong_meds_layers": eigen(wrong, meds_layers),
         "feature_fraction": float(has_feature.float().mean()),
+        # every prompt's wrong answers (None = no boxed answer), for the rarefaction null of the report
+        "wrong_answers": [[a for a in g if a != t] for g, t in zip(answers, truths)],
     }
 
 
@@ -399,6 +401,33 @@ def initial_record(settings: StudySettings, policy: str, seed: int = 0) -> dict:
     }
 
 
+def premise_check(settings: StudySettings, policy: str, output_dir: Path, seeds, reference_samples: int = 32):
+    """GRPO runs whose probes keep every wrong answer, and a large warm-up sample as the no-collapse reference.
+
+    Fewer wrong rollouts alone give fewer distinct wrong answers; the report compares each probe's distinct
+    wrong answers with the number expected when the same number of wrong answers per prompt is drawn from the
+    warm-up's own wrong answers (rarefaction). Fewer than that is error collapse.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = output_dir / "premise"
+    folder.mkdir(parents=True, exist_ok=True)
+    reference_path = folder / "warm-up-reference.json"
+    if not reference_path.exists():
+        tokenizer = AutoTokenizer.from_pretrained(policy)
+        tokenizer.padding_side = "left"
+        pool, _ = pool_and_test(settings)
+        model = AutoModelForCausalLM.from_pretrained(policy)
+        record = probe(model, tokenizer, pool, reference_samples, settings.max_completion_length, seed=12_345)
+        reference_path.write_text(json.dumps({"samples": reference_samples, **record}, indent=1))
+    for seed in seeds:
+        path = folder / f"grpo-seed{seed}.json"
+        if not path.exists():
+            logger.info("premise check: GRPO seed %d with every wrong answer kept", seed)
+            run = train_one("grpo", seed, settings, policy, folder)
+            path.write_text(json.dumps({**run, "settings": asdict(settings)}, indent=1))
+
+
 def load_runs(output_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((output_dir / "runs").glob("*.json"))]
 
@@ -418,7 +447,16 @@ def main(argv=None) -> int:
         "--report_only", action="store_true", help="Only (re)write the report from saved runs."
     )
     parser.add_argument(
-        "--policy", default=None, help="Start from this policy folder instead of the world's warm-up (smoke tests)."
+        "--premise_check",
+        type=int,
+        nargs="*",
+        default=None,
+        help="Only run the premise check (GRPO with every wrong answer kept) for these seeds.",
+    )
+    parser.add_argument(
+        "--policy",
+        default=None,
+        help="Start from this policy folder instead of the world's warm-up (smoke tests).",
     )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1 is fastest on a shared box)."
@@ -438,7 +476,9 @@ def main(argv=None) -> int:
         )
     settings_path.write_text(json.dumps(asdict(settings), indent=1))
 
-    if not args.report_only:
+    if args.premise_check is not None:
+        premise_check(settings, args.policy or world_policy(settings), output_dir, args.premise_check)
+    elif not args.report_only:
         policy = args.policy or world_policy(settings)
         initial_path = output_dir / "runs" / "warm-up-seed0.json"
         if not initial_path.exists():
@@ -457,7 +497,8 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from mechanism_report import write_report
 
-        write_report(load_runs(output_dir), asdict(settings), Path(args.report))
+        premise = [json.loads(p.read_text()) for p in sorted((output_dir / "premise").glob("*.json"))]
+        write_report(load_runs(output_dir), asdict(settings), Path(args.report), premise)
     return 0
 
 

@@ -61,6 +61,15 @@ def test_trapped_stream_rate_and_the_plain_warmup_cache_key():
         WarmupSettings(trap_rate=1.5)
 
 
+def test_report_statistics_by_hand():
+    report = load_script("mechanism_report")
+    assert report.expected_distinct([1, 1, 2, 3], 2) == pytest.approx(11 / 6)  # only the pair {1, 1} has one value
+    assert report.expected_distinct([None, None, 4], 3) == 2.0 and report.expected_distinct([5], 0) == 0.0
+    test = report.paired_test([1.0, 2.0, 3.0])
+    assert test["mean"] == 2.0 and test["sign_flip_p"] == pytest.approx(2 / 8)  # all + or all − are as extreme
+    assert test["t_p"] == pytest.approx(0.0742, abs=1e-3)  # t = 2 / (1 / sqrt(3)) = 3.46 with 2 degrees of freedom
+
+
 @pytest.mark.slow
 def test_mechanism_study_quick_mode(toy_policy_path, tmp_path):
     study = load_script("mechanism_study")
@@ -82,7 +91,12 @@ def test_mechanism_study_quick_mode(toy_policy_path, tmp_path):
     mtimes = {p: p.stat().st_mtime for p in (output / "runs").glob("*.json")}
     assert study.main(argv) == 0
     assert mtimes == {p: p.stat().st_mtime for p in (output / "runs").glob("*.json")}
+    # The premise check: GRPO again with every wrong answer kept, against a larger warm-up sample.
+    assert study.main([*argv, "--premise_check", "0"]) == 0
+    premise = json.loads((output / "premise" / "grpo-seed0.json").read_text())
+    assert all(len(p["wrong_answers"]) == study.QUICK.pool_size for p in premise["probe"])
     text = report.read_text()
+    assert "no-collapse expectation" in text
     assert "| meds_strong (n=1) |" in text and "figures/mechanism_premise_grpo.png" in text
     assert (report.parent / "figures" / "mechanism_passk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (report.parent / "mechanism_study_results" / "grpo-seed0.json").exists()
