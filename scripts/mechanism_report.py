@@ -164,6 +164,11 @@ def write_report(
     results_dir.mkdir(exist_ok=True)
     for run in runs:
         (results_dir / f"{run['method']}-seed{run['seed']}.json").write_text(json.dumps(run, indent=1))
+    for run in premise or []:
+        name = (
+            f"premise-grpo-seed{run['seed']}" if run.get("method") == "grpo" else "premise-warm-up-reference"
+        )
+        (results_dir / f"{name}.json").write_text(json.dumps(run, indent=1))
 
     add_derived_probe_metrics(runs, settings["probe_samples"])
     initial = next((r for r in runs if r["method"] == "warm-up"), None)
@@ -340,6 +345,16 @@ def write_report(
                 f"{mean_std([r['observed'] for r in at], 1, 2)} | {mean_std([r['expected'] for r in at], 1, 2)} | "
                 f"{mean_std(ratio, 1, 3)} | {mean_std([r['trap_share'] for r in at], 100)} |"
             )
+        last = [r for r in rarefaction if r["step"] == max(r["step"] for r in rarefaction)]
+        last_test = paired_test([r["observed"] - r["expected"] for r in last])
+        rarefaction_table.append("")
+        per_seed = ", ".join(
+            f"{r['observed'] - r['expected']:+.2f}" for r in sorted(last, key=lambda r: r["seed"])
+        )
+        rarefaction_table.append(
+            f"Last probe (step {last[0]['step']}), observed − expected per seed: {per_seed}; "
+            f"paired t-test p = {last_test['t_p']:.3f}, sign-flip p = {last_test['sign_flip_p']:.3f}."
+        )
         capped = sum(r["capped"] for r in rarefaction)
         rarefaction_table.append("")
         rarefaction_table.append(
