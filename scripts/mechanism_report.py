@@ -402,16 +402,20 @@ python scripts/mechanism_study.py --report docs/mechanism_study.md
 
 ### How the settings were chosen
 All fixed before the first RL run, none revisited after seeing results:
-- **trap rate 30 %**: a minority mode (the warm-up's greedy answer stays the correct one) that is still frequent
-  enough to be a visible share of the wrong answers at the start;
+- **trap rate 30 %**: a minority mode (70 % of the trap-eligible warm-up examples keep the correct solution) that
+  is still frequent enough to be a visible share of the wrong answers at the start;
 - **6 layers**: the smallest depth giving MEDS more than 2 feature dimensions (3) at the toy width;
 - **pool and steps**: the smallest pool for which each prompt recurs 10 times in the number of steps that fits the
-  CPU budget of the study (about 5 minutes per run on a shared 2-core machine);
+  CPU budget of the study (estimated beforehand at about 5 minutes per run on the shared 2-core machine; measured
+  1–3 minutes);
 - **learning rate 5e-4**: 5× the toy study's 1e-4, with which 40 steps barely moved the policy (docs/toy_study.md);
 - **`meds_strong` (α 0.2, β 1.0)**: the paper's 0.1/0.2 caps the penalty at cluster size 7, after which the
   penalties of a group's wrong rollouts are equal and cancel under group normalisation; β 1.0 puts the cap beyond
   any cluster this study can form (e^5 − 1 ≈ 147 rows), α 0.2 doubles the slope;
 - **no dynamic sampling for DAPO/MEDS**: every method draws exactly the same number of rollouts per step.
+- **Added after the first results** (an analysis, not a setting): the premise check below. The first GRPO runs
+  showed the distinct wrong answers falling about as fast as the wrong rollouts themselves, so a raw count could
+  not tell collapse from a rise in accuracy; GRPO was re-run (bit-identical runs) keeping every wrong answer.
 
 ## 1. Premises: does error collapse happen under plain GRPO?
 

@@ -63,11 +63,17 @@ def test_trapped_stream_rate_and_the_plain_warmup_cache_key():
 
 def test_report_statistics_by_hand():
     report = load_script("mechanism_report")
-    assert report.expected_distinct([1, 1, 2, 3], 2) == pytest.approx(11 / 6)  # only the pair {1, 1} has one value
+    assert report.expected_distinct([1, 1, 2, 3], 2) == pytest.approx(
+        11 / 6
+    )  # only the pair {1, 1} has one value
     assert report.expected_distinct([None, None, 4], 3) == 2.0 and report.expected_distinct([5], 0) == 0.0
     test = report.paired_test([1.0, 2.0, 3.0])
-    assert test["mean"] == 2.0 and test["sign_flip_p"] == pytest.approx(2 / 8)  # all + or all − are as extreme
-    assert test["t_p"] == pytest.approx(0.0742, abs=1e-3)  # t = 2 / (1 / sqrt(3)) = 3.46 with 2 degrees of freedom
+    assert test["mean"] == 2.0 and test["sign_flip_p"] == pytest.approx(
+        2 / 8
+    )  # all + or all − are as extreme
+    assert test["t_p"] == pytest.approx(
+        0.0742, abs=1e-3
+    )  # t = 2 / (1 / sqrt(3)) = 3.46 with 2 degrees of freedom
 
 
 @pytest.mark.slow
