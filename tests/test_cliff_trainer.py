@@ -394,3 +394,28 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
     assert (out / "model.safetensors").is_file()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("cliff/judge_calls" in record for record in metrics)
+
+
+@pytest.mark.slow
+def test_grpo_with_teacher_gives_every_token_of_a_rollout_one_advantage(tmp_path):
+    """cliff_split_credit=False (the paper's "GRPO with Teacher"): same teacher and baseline, no prefix/suffix split."""
+    driver = load_driver()
+    split = driver.build_trainer(str(tmp_path / "split"), 12, steps=1, num_prompts=3, shuffle_dataset=False)
+    split.train()
+    whole = driver.build_trainer(
+        str(tmp_path / "whole"), 12, steps=1, num_prompts=3, shuffle_dataset=False, cliff_split_credit=False
+    )
+    whole.train()
+    split_advantages, whole_advantages = split.recorded[0], whole.recorded[0]
+    for row in (
+        1,
+        5,
+    ):  # wrong from sentence 1 (see the driver): split into two values with Cliff, one without
+        assert len(set(split_advantages[row][split_advantages[row] != 0].tolist())) == 2
+        assert len(set(whole_advantages[row][whole_advantages[row] != 0].tolist())) == 1
+    for group in (0, 1):  # the group baseline still makes each group's token advantages sum to zero
+        assert whole_advantages[4 * group : 4 * group + 4].sum().item() == pytest.approx(0.0, abs=1e-4)
+    logs = [r for r in whole.state.log_history if "cliff/groups_cliff" in r]
+    assert (
+        logs[0]["cliff/groups_cliff"] == 2.0 and 0 < logs[0]["cliff/prefix_fraction"] < 1
+    )  # teacher still judged

@@ -32,6 +32,8 @@ EXPECTED_METRICS = (
     "meds/mean_cluster_size",
     "meds/max_cluster_size",
     "meds/memory_rows",
+    "meds/advantage_shift",
+    "meds/frac_groups_differentiated",
     "rewards/meds_penalty/mean",
 )
 
@@ -120,6 +122,24 @@ def _assert_penalised_and_logged(trainer, parameters_before, feature_source):
     assert np.all(penalties[~rows] == 0.0)
     assert trainer.meds_memory.num_rows == sum(int(r["meds/rows"]) for r in logs)
     assert trainer._meds_last_feature_source == feature_source
+    assert all(0.0 <= r["meds/frac_groups_differentiated"] <= 1.0 for r in logs)
+    assert all(r["meds/advantage_shift"] >= 0.0 for r in logs)
+
+    # The diagnostics' advantage formula reproduces TRL's own advantages of the last generation batch.
+    from hf_meds_cliff.meds.diagnostics import trl_advantages
+
+    columns = np.array([list(trainer._logs["rewards"][name]) for name in trainer.reward_func_names]).T
+    np.testing.assert_allclose(
+        trl_advantages(
+            columns,
+            trainer.reward_weights.numpy(),
+            np.arange(len(columns)) // trainer.num_generations,
+            trainer.scale_rewards,
+        ),
+        list(trainer._logs["advantages"]),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
     changed = [
         n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), parameters_before[n])

@@ -24,6 +24,8 @@ class CliffConfig(DAPOConfig):
     Parameters:
         cliff_lam (`float`, defaults to `0.0`):
             λ: weight of the correct-rollout advantage given to the correct prefix of an incorrect rollout.
+        cliff_split_credit (`bool`, defaults to `True`): `False` gives the paper's "GRPO with Teacher" ablation (same
+            teacher and baseline, every token of an incorrect rollout gets the suffix advantage).
         cliff_teacher (`str`, defaults to `"rule"`):
             Teacher kind: `"rule"` (the toy world's exact first-mistake checker; toy questions only: the trainer
             raises at start-up, or on the first batch, when it can read none of the dataset's problems), `"http"`
@@ -55,6 +57,14 @@ class CliffConfig(DAPOConfig):
         metadata={
             "help": "λ: weight of the correct-rollout advantage A_cor given to the correct prefix of an incorrect "
             "rollout (prefix tokens get λ·A_cor − b). The paper uses 0; 1.0 caused length hacking. Must be in [0, 1]."
+        },
+    )
+    cliff_split_credit: bool = field(
+        default=True,
+        metadata={
+            "help": "True: Cliff's two-segment credit (correct prefix / incorrect suffix). False: 'GRPO with Teacher', "
+            "the paper's ablation: the same teacher protocol and group baseline, but every token of an incorrect "
+            "rollout gets the suffix advantage (first mistake treated as sentence 0)."
         },
     )
     cliff_teacher: str = field(

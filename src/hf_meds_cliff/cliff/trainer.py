@@ -264,6 +264,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             )
         mask = completion_mask.float()
         # Ungraded rows keep TRL's sequence-level advantage and stay out of the Cliff groups' baselines b.
+        # GRPO with Teacher (cliff_split_credit=False): no correct prefix, the whole rollout is the suffix.
+        credited_suffix = suffix_start if args.cliff_split_credit else torch.zeros_like(suffix_start)
         plain = sequence_advantages.unsqueeze(1) * mask
         uses_cliff = torch.tensor([mode == GROUP_CLIFF for mode in outcome.group_modes], device=device)
         graded = is_graded.to(device).nonzero().squeeze(1)
@@ -272,7 +274,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             uses_cliff[graded].unsqueeze(1),
             cliff_token_advantages(
                 sequence_advantages[graded], is_correct[graded].to(device), group_ids[graded],
-                suffix_start[graded], mask[graded], lam=float(args.cliff_lam),
+                credited_suffix[graded], mask[graded], lam=float(args.cliff_lam),
             ),
             plain[graded],
         )  # fmt: skip

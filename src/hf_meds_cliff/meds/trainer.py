@@ -21,6 +21,7 @@ from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from .config import MEDSConfig
+from .diagnostics import meds_advantage_diagnostics
 from .features import (
     AnswerLocation,
     AnswerLogitCapture,
@@ -358,6 +359,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         if self.model.training:
             self.meds_last_penalties = penalties.numpy().copy()
         rewards_per_func[:, self._meds_penalty_index] = penalties.to(rewards_per_func.device)
+        if self.model.training:
+            self._meds_log_advantage_diagnostics(rewards_per_func)
         return rewards_per_func
 
     def _meds_check_correctness(self, correctness_reward: torch.Tensor) -> None:
@@ -375,6 +378,23 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             threshold=self.args.meds_correctness_threshold,
             reward_name=self.reward_func_names[index],
         )
+
+    def _meds_log_advantage_diagnostics(self, rewards_per_func: torch.Tensor) -> None:
+        """Log ``meds/advantage_shift`` and ``meds/frac_groups_differentiated`` (see ``meds/diagnostics.py``)."""
+        correctness = rewards_per_func[:, self.args.meds_correctness_reward_index].double().cpu().numpy()
+        with np.errstate(invalid="ignore"):
+            is_correct = correctness >= self.args.meds_correctness_threshold  # NaN -> False (not penalised)
+        diagnostics = meds_advantage_diagnostics(
+            rewards_per_func.double().cpu().numpy(),
+            self._meds_penalty_index,
+            self.reward_weights.double().cpu().numpy(),
+            np.arange(len(correctness)) // self.num_generations,
+            is_correct,
+            scale_rewards=self.scale_rewards,
+            aggregation=self.multi_objective_aggregation,
+        )
+        for name, value in diagnostics.items():
+            self._metrics["train"][f"meds/{name}"].append(value)
 
     def _meds_shape(
         self, inputs, prompts, completion_ids_list, rewards_per_func: torch.Tensor

@@ -44,6 +44,7 @@ from ..evaluation.estimators import pass_at_k
 from .model import ToyModelConfig, build_toy_model, toy_generation_config
 from .task import ToyProblem, ToyTaskConfig, iter_problems
 from .tokenizer import TOKENIZER_VERSION, build_toy_tokenizer
+from .traps import TRAPS, iter_trapped_training_problems
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,21 @@ class WarmupSettings:
         },
     )
 
+    trap_rate: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of trap-eligible training problems taught with a trapped solution (the mechanism world, "
+            "see hf_meds_cliff.toy.traps); 0 = the plain toy world (then neither trap field enters the cache key)."
+        },
+    )
+    traps: tuple[str, ...] = field(default=TRAPS, metadata={"help": "Trap kinds used when trap_rate > 0."})
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "traps", tuple(self.traps))
+        if not 0.0 <= self.trap_rate <= 1.0 or any(t not in TRAPS for t in self.traps):
+            raise ValueError(
+                f"Need trap_rate in [0, 1] and traps from {TRAPS}, got {self.trap_rate}, {self.traps}."
+            )
         positive = (
             "batch_size",
             "max_steps",
@@ -132,6 +147,9 @@ class WarmupSettings:
         values = asdict(self)
         values["task"] = self.task.to_dict()
         values["model"] = self.model.to_dict()
+        values["traps"] = list(self.traps)
+        if self.trap_rate == 0.0:  # the plain toy world keeps the cache key it had before traps existed
+            del values["trap_rate"], values["traps"]
         return values
 
     def cache_key(self) -> str:
@@ -462,10 +480,11 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
         "train", settings.seed, settings.task, unique=True, stream_name="warmup-validation"
     )
     validation = [next(validation_stream) for _ in range(settings.num_validation_problems)]
-    training_stream = iter_problems(
-        "train",
+    training_stream = iter_trapped_training_problems(
         settings.seed,
         settings.task,
+        settings.trap_rate,
+        settings.traps,
         exclude=frozenset(p.question for p in validation),
         stream_name="warmup",
     )
