@@ -112,8 +112,13 @@ def toy_recipe_path(method: str) -> Path:
     return Path(str(path))
 
 
-def build_parser(config_cls: type, *extra: type) -> TrlParser:
-    return TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
+def build_parser(config_cls: type, *extra: type, prog: str | None = None) -> TrlParser:
+    """The ``TrlParser`` of a training script: script arguments, ``config_cls``, ``ModelConfig`` and ``extra``;
+    ``prog`` names the command in ``--help`` (e.g. ``hf-meds-cliff meds``)."""
+    parser = TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
+    if prog is not None:
+        parser.prog = prog
+    return parser
 
 
 def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:

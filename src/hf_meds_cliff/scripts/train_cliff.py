@@ -50,10 +50,7 @@ def apply_teacher_arguments(training_args: CliffConfig, teacher_args: TeacherArg
 def make_parser(prog: str | None = None):
     """The ``TrlParser`` of the Cliff script: script arguments, :class:`CliffConfig`, ``ModelConfig``, teacher
     shorthands."""
-    parser = build_parser(CliffConfig, TeacherArguments)
-    if prog is not None:
-        parser.prog = prog
-    return parser
+    return build_parser(CliffConfig, TeacherArguments, prog=prog)
 
 
 def parse_args(argv: Sequence[str] | None = None):

@@ -14,10 +14,7 @@ METHOD = "grpo"
 
 def make_parser(prog: str | None = None):
     """The ``TrlParser`` of the GRPO script: script arguments, :class:`DAPOConfig`, ``ModelConfig``."""
-    parser = build_parser(DAPOConfig)
-    if prog is not None:
-        parser.prog = prog
-    return parser
+    return build_parser(DAPOConfig, prog=prog)
 
 
 def parse_args(argv: Sequence[str] | None = None):

@@ -70,10 +70,7 @@ def plot_meds_metrics(log_history: Sequence[Mapping[str, Any]], path: str | Path
 
 def make_parser(prog: str | None = None):
     """The ``TrlParser`` of the MEDS script: script arguments, :class:`MEDSConfig`, ``ModelConfig``."""
-    parser = build_parser(MEDSConfig)
-    if prog is not None:
-        parser.prog = prog
-    return parser
+    return build_parser(MEDSConfig, prog=prog)
 
 
 def parse_args(argv: Sequence[str] | None = None):
