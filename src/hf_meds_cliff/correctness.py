@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["check_binary_correctness", "non_binary_correctness_values"]
 
@@ -76,4 +77,22 @@ def check_binary_correctness(
         f"partial credit) would treat nearly every rollout as wrong. Point {index_field} at the verifiable 0/1 "
         f"reward (e.g. hf_meds_cliff.rewards.MathAnswerReward), or set {threshold_field} for a two-valued reward "
         "on another scale."
+    )
+
+
+def check_trainer_correctness_reward(trainer: Any, values: Sequence[float]) -> None:
+    """:func:`check_binary_correctness` for a MEDS or Cliff trainer: the fields are its config's
+    ``<prefix>correctness_reward_index`` and ``<prefix>correctness_threshold`` (``trainer._config_prefix``), the
+    method its ``_name``, the reward name from ``trainer.reward_func_names``."""
+    index_field = f"{trainer._config_prefix}correctness_reward_index"
+    threshold_field = f"{trainer._config_prefix}correctness_threshold"
+    index = getattr(trainer.args, index_field)
+    check_binary_correctness(
+        values,
+        method=trainer._name,
+        index_field=index_field,
+        index=index,
+        threshold_field=threshold_field,
+        threshold=getattr(trainer.args, threshold_field),
+        reward_name=trainer.reward_func_names[index],
     )

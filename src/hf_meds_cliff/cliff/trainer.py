@@ -21,7 +21,7 @@ from ..checkpointing import (
     remove_stale_temporaries,
     write_json_atomically,
 )
-from ..correctness import check_binary_correctness
+from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -169,16 +169,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.model.training and not self._cliff_correctness_checked:
             self._cliff_correctness_checked = True
-            index = self.args.cliff_correctness_reward_index
-            check_binary_correctness(
-                rewards_per_func[:, index].float().cpu().tolist(),
-                method="Cliff",
-                index_field="cliff_correctness_reward_index",
-                index=index,
-                threshold_field="cliff_correctness_threshold",
-                threshold=self.args.cliff_correctness_threshold,
-                reward_name=self.reward_func_names[index],
-            )
+            correctness = rewards_per_func[:, self.args.cliff_correctness_reward_index]
+            check_trainer_correctness_reward(self, correctness.float().cpu().tolist())
         self._cliff_pending = (inputs, prompts, completion_ids_list, rewards_per_func)
         return rewards_per_func
 

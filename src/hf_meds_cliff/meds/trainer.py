@@ -16,7 +16,7 @@ from trl import GRPOTrainer
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import checkpoint_folder
 from ..cliff.protocol import problem_text
-from ..correctness import check_binary_correctness
+from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -368,16 +368,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         if self._meds_correctness_checked:
             return
         self._meds_correctness_checked = True
-        index = self.args.meds_correctness_reward_index
-        check_binary_correctness(
-            correctness_reward.tolist(),
-            method="MEDS",
-            index_field="meds_correctness_reward_index",
-            index=index,
-            threshold_field="meds_correctness_threshold",
-            threshold=self.args.meds_correctness_threshold,
-            reward_name=self.reward_func_names[index],
-        )
+        check_trainer_correctness_reward(self, correctness_reward.tolist())
 
     def _meds_log_advantage_diagnostics(self, rewards_per_func: torch.Tensor) -> None:
         """Log ``meds/advantage_shift`` and ``meds/frac_groups_differentiated`` (see ``meds/diagnostics.py``)."""
