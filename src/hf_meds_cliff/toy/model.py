@@ -62,14 +62,22 @@ def build_toy_model(tokenizer, seed: int = 0, config: ToyModelConfig | None = No
         seed: seed of the weight initialisation (the global torch RNG is left untouched).
         config: the model shape; :class:`ToyModelConfig` defaults when None.
     """
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     config = config or ToyModelConfig()
     if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
         raise ValueError("The tokenizer needs pad and eos tokens; build it with build_toy_tokenizer().")
+    model = seeded_qwen3(config, seed, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    model.generation_config = toy_generation_config(tokenizer)
+    return model
+
+
+def seeded_qwen3(config: ToyModelConfig, seed: int, vocab_size: int, pad_token_id: int, eos_token_id: int):
+    """A randomly initialised ``Qwen3ForCausalLM`` of shape ``config`` (tied embeddings, float32, no BOS), its
+    weights drawn from ``seed`` (the global torch RNG is left untouched)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
     model_config = Qwen3Config(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size,
         hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size,
         num_hidden_layers=config.num_hidden_layers,
@@ -79,16 +87,14 @@ def build_toy_model(tokenizer, seed: int = 0, config: ToyModelConfig | None = No
         max_position_embeddings=config.max_position_embeddings,
         rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
         tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
         bos_token_id=None,
         dtype="float32",
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(model_config)
-    model.generation_config = toy_generation_config(tokenizer)
-    return model
+        return Qwen3ForCausalLM(model_config)
 
 
 def toy_generation_config(tokenizer, max_new_tokens: int = 96):

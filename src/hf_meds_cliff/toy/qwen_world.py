@@ -48,7 +48,7 @@ from typing import Any
 from ..data import QWEN_MATH_INSTRUCTION, build_prompt
 from ..evaluation.estimators import pass_at_k
 from ..rewards.extraction import extract_boxed_answer
-from .model import ToyModelConfig, build_toy_model, toy_generation_config
+from .model import ToyModelConfig, build_toy_model, seeded_qwen3, toy_generation_config
 from .warmup import METRICS_FILE, _torch_threads, build_cached, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -410,27 +410,14 @@ class CompactVocabulary:
 def build_compact_model(vocabulary: CompactVocabulary, seed: int, config: ToyModelConfig, tokenizer):
     """Random-init Qwen3 over the compact vocabulary (its ``unused`` row zero)."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    model_config = Qwen3Config(
-        vocab_size=vocabulary.unused_id + 1,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
-        max_position_embeddings=config.max_position_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
-        tie_word_embeddings=True,
-        pad_token_id=vocabulary.to_compact([tokenizer.pad_token_id])[0],
-        eos_token_id=vocabulary.to_compact([tokenizer.eos_token_id])[0],
-        bos_token_id=None,
-        dtype="float32",
+    model = seeded_qwen3(
+        config,
+        seed,
+        vocabulary.unused_id + 1,
+        vocabulary.to_compact([tokenizer.pad_token_id])[0],
+        vocabulary.to_compact([tokenizer.eos_token_id])[0],
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(model_config)
     with torch.no_grad():
         model.get_input_embeddings().weight[vocabulary.unused_id] = 0.0
     return model
