@@ -21,7 +21,7 @@ import time
 
 from hf_meds_cliff.cliff import split_sentences
 from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
-from hf_meds_cliff.cliff.teachers.loopback import FixedReply, serve_in_subprocess
+from hf_meds_cliff.testing import FixedReply, serve_in_subprocess
 
 ANSWER = 'The product is wrong.\n{"final_answer_correct": false, "first_mistake": 1}'
 

@@ -353,7 +353,7 @@ def test_dead_endpoint_is_an_endpoint_fallback_whatever_call_failed(judge_factor
     """A teacher server that is down: the group falls back as ``fallback_endpoint`` (not "unverified") whether the
     failed request was the reference ``solve`` or a ``judge`` call (the reference cached from an earlier step)."""
     from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
-    from hf_meds_cliff.cliff.teachers.loopback import LoopbackChatServer, Reply
+    from hf_meds_cliff.testing import LoopbackChatServer, Reply
 
     with LoopbackChatServer(lambda body, index: Reply(content="unused")) as server:
         dead_url = server.base_url  # closed on exit: connections are refused from now on

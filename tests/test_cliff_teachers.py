@@ -18,7 +18,7 @@ from hf_meds_cliff.cliff.teachers import (
     build_teacher,
     is_endpoint_failure,
 )
-from hf_meds_cliff.cliff.teachers.loopback import LoopbackChatServer, Reply
+from hf_meds_cliff.testing import LoopbackChatServer, Reply
 from hf_meds_cliff.data import QWEN_MATH_INSTRUCTION
 
 PROBLEM = "Compute (7 + 5) * 3 - 4."

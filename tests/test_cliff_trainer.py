@@ -224,7 +224,7 @@ class ToyTeacherResponder:
         self.judge_status = judge_status
 
     def __call__(self, body, index):
-        from hf_meds_cliff.cliff.teachers.loopback import Reply
+        from hf_meds_cliff.testing import Reply
 
         messages = body["messages"]
         if messages[0]["role"] != "system":  # a solve request: the problem is the first line
@@ -248,7 +248,7 @@ def test_http_teacher_gives_the_same_advantages_and_a_dead_judge_falls_back(tmp_
     """The trainer with an OpenAI-compatible teacher on loopback matches the in-process teacher; HTTP 500s on
     every judge call make those groups plain GRPO and the run goes on."""
     from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
-    from hf_meds_cliff.cliff.teachers.loopback import LoopbackChatServer
+    from hf_meds_cliff.testing import LoopbackChatServer
 
     driver = load_driver()
     reference = driver.build_trainer(str(tmp_path / "reference"), 12, steps=1)

@@ -1,4 +1,8 @@
-"""A scripted OpenAI-compatible chat server on loopback, for tests and benchmarks of HTTP teachers.
+"""Test utilities for users of the library: a scripted OpenAI-compatible chat server on loopback.
+
+This module is for *tests and benchmarks*, not for training: it serves canned replies, so a user can
+script an HTTP teacher (successes, timeouts, HTTP errors, malformed judgments) and test their own
+Cliff set-up without a model. It is not imported by any trainer or teacher.
 
 Standard library only (``http.server`` in a daemon thread, one thread per request), so it starts
 in milliseconds and needs no model. A *responder* decides each reply, which lets tests script
