@@ -143,6 +143,7 @@ def test_debug_flag_before_the_command_shows_the_traceback(tmp_path):
 
 
 def test_training_setup_errors_are_one_line_and_training_errors_keep_their_trace(tmp_path, capsys):
+    from hf_meds_cliff import script_utils
     from hf_meds_cliff.script_utils import run_script
     from hf_meds_cliff.scripts import train_grpo
 
@@ -165,6 +166,7 @@ def test_training_setup_errors_are_one_line_and_training_errors_keep_their_trace
     assert status == 2 and "Traceback" not in err and len(error_lines(err, "grpo")) == 1, err
 
     def failing_during_training(*_):
+        script_utils._TRAINING_STARTED.set()  # as run_training does before trainer.train()
         raise ZeroDivisionError("inside a training step")
 
     with pytest.raises(ZeroDivisionError):  # not a set-up error: the traceback is kept

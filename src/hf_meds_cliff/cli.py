@@ -40,11 +40,6 @@ class UsageError(ValueError):
     """A command line that cannot work as written (unknown flag, impossible option value): exit status 2."""
 
 
-class SetupError(RuntimeError):
-    """A training run failed before its first step (options, data, model, output folder); raised ``from`` the
-    original error, whose message is what the user sees."""
-
-
 def debug_enabled() -> bool:
     return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
@@ -65,12 +60,12 @@ def run_reporting_errors(
     command: str,
     body: Callable[[], int | None],
     usage: Callable[[], str] | None = None,
-    reported: tuple[type[BaseException], ...] = (Exception,),
+    report: Callable[[Exception], bool] = lambda error: True,
 ) -> int:
     """Run ``body`` and turn an error into one line on stderr and an exit status (2 usage, 1 failure, 130 Ctrl-C).
 
     With :data:`DEBUG_ENV` set the traceback is printed too. ``SystemExit`` (argparse's own usage errors,
-    already printed) passes through, and so does an error that is not one of ``reported`` (the training
+    already printed) passes through, and so does an error for which ``report(error)`` is false (the training
     scripts report set-up errors this way and keep the traceback of a failure during training).
     """
     prefix = f"{PROG} {command}".strip()
@@ -82,7 +77,7 @@ def run_reporting_errors(
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # the command's last line of defence: report, do not crash
-        if not isinstance(error, reported):
+        if not report(error):
             raise
         if debug_enabled():
             traceback.print_exc()
@@ -91,10 +86,9 @@ def run_reporting_errors(
                 print(usage().rstrip(), file=sys.stderr)
             print(f"{prefix}: error: {one_line(error)}", file=sys.stderr)
             return 2
-        cause = error.__cause__ if isinstance(error, SetupError) and error.__cause__ is not None else error
-        message = one_line(cause)
-        if not isinstance(cause, _EXPECTED_ERRORS):
-            message = f"{type(cause).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)"
+        message = one_line(error)
+        if not isinstance(error, _EXPECTED_ERRORS):
+            message = f"{type(error).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)"
         print(f"{prefix}: error: {message}", file=sys.stderr)
         return 1
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -131,14 +132,18 @@ def reword_negated_flags(parser):
     return parser
 
 
+_TRAINING_STARTED = threading.Event()
+"""Set by :func:`run_training` right before the first training step."""
+
+
 def run_script(command: str, main: Callable[..., Any], parse_args: Callable[[], Sequence[Any]]) -> int:
     """The ``__main__`` of a training script: ``main(*parse_args()).end()``; returns the exit status.
 
-    Errors in the options and in the set-up before the first training step (:class:`~hf_meds_cliff.cli.SetupError`
-    from :func:`run_training`) are printed as one line (exit 2 for options, 1 for set-up); an error during training
-    keeps its Python traceback.
+    Errors in the options and in the set-up before the first training step (options, data, model, output folder)
+    are printed as one line (exit 2 for options, 1 for set-up); an error once :func:`run_training` has started
+    training keeps its Python traceback.
     """
-    from .cli import SetupError, UsageError, run_reporting_errors
+    from .cli import UsageError, run_reporting_errors
 
     def body() -> int:
         try:
@@ -148,7 +153,8 @@ def run_script(command: str, main: Callable[..., Any], parse_args: Callable[[], 
         main(*parsed).end()
         return 0
 
-    return run_reporting_errors(command, body, reported=(UsageError, SetupError))
+    _TRAINING_STARTED.clear()
+    return run_reporting_errors(command, body, report=lambda error: not _TRAINING_STARTED.is_set())
 
 
 def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:
@@ -407,15 +413,11 @@ def run_training(trainer_cls: type, script_args, training_args, model_args, **tr
 
     The caller ends the run with ``trainer.end()`` once nothing else needs the other processes.
     """
-    from .cli import SetupError
-
-    try:
-        checkpoint = prepare_output_dir(script_args, training_args)
-        trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
-    except Exception as error:  # re-raised with its message; the script prints it on one line
-        raise SetupError(str(error)) from error
+    checkpoint = prepare_output_dir(script_args, training_args)
+    trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
     if trainer.accelerator.is_main_process:
         _warn_if_a_checkpoint_may_not_fit(trainer)
+    _TRAINING_STARTED.set()  # from here on an error keeps its traceback (run_script)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)
     dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name
