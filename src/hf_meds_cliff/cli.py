@@ -14,17 +14,84 @@ the training parser does not know go to ``accelerate launch`` (``--num_processes
 or ``--accelerate_config zero3`` for one of TRL's packaged accelerate configs), and the run is started with
 ``accelerate launch -m hf_meds_cliff.scripts.train_<method>``. ``eval`` and ``report`` run in this process.
 ``hf-meds-cliff <command> --help`` lists every option.
+
+Errors are one line on stderr, ``hf-meds-cliff <command>: error: <message>``, as ``trl`` and ``accelerate`` print
+them: exit status 2 for a usage error (with the usage line), 1 for a failure, 130 for Ctrl-C. The traceback is
+shown with ``hf-meds-cliff --debug <command> ...`` or ``HF_MEDS_CLIFF_DEBUG=1``. A training command's set-up
+errors (before training starts) are printed the same way by the training process.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 
 PROG = "hf-meds-cliff"
+DEBUG_ENV = "HF_MEDS_CLIFF_DEBUG"
+"""Set to 1 (or pass ``hf-meds-cliff --debug``) to see the Python traceback of an error."""
+
+
+class UsageError(ValueError):
+    """A command line that cannot work as written (unknown flag, impossible option value): exit status 2."""
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def one_line(error: BaseException) -> str:
+    """``error``'s message on one line (library messages can span several)."""
+    message = " ".join(str(error).split())
+    if isinstance(error, KeyError) and message.startswith("'"):  # KeyError's str is the repr of its key
+        message = f"missing key {message}"
+    return message or type(error).__name__
+
+
+_EXPECTED_ERRORS = (ValueError, TypeError, LookupError, OSError, RuntimeError, ImportError)
+"""Errors whose message is written for the user (bad input, missing file, unreachable Hub, ...)."""
+
+
+def run_reporting_errors(
+    command: str,
+    body: Callable[[], int | None],
+    usage: Callable[[], str] | None = None,
+    report: Callable[[Exception], bool] = lambda error: True,
+) -> int:
+    """Run ``body`` and turn an error into one line on stderr and an exit status (2 usage, 1 failure, 130 Ctrl-C).
+
+    With :data:`DEBUG_ENV` set the traceback is printed too. ``SystemExit`` (argparse's own usage errors,
+    already printed) passes through, and so does an error for which ``report(error)`` is false (the training
+    scripts report set-up errors this way and keep the traceback of a failure during training).
+    """
+    prefix = f"{PROG} {command}".strip()
+    try:
+        return body() or 0
+    except KeyboardInterrupt:
+        if debug_enabled():
+            traceback.print_exc()
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # the command's last line of defence: report, do not crash
+        if not report(error):
+            raise
+        if debug_enabled():
+            traceback.print_exc()
+        if isinstance(error, UsageError):
+            if usage is not None:
+                print(usage().rstrip(), file=sys.stderr)
+            print(f"{prefix}: error: {one_line(error)}", file=sys.stderr)
+            return 2
+        message = one_line(error)
+        if not isinstance(error, _EXPECTED_ERRORS):
+            message = f"{type(error).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)"
+        print(f"{prefix}: error: {message}", file=sys.stderr)
+        return 1
+
 
 TRAINING_COMMANDS = {
     "meds": (
@@ -93,10 +160,7 @@ def run_training_command(command: str, argv: Sequence[str]) -> int:
 def run_eval_command(argv: Sequence[str]) -> int:
     from .scripts import eval_passk
 
-    eval_args = eval_passk.make_parser(prog=f"{PROG} eval").parse_args_into_dataclasses(args=list(argv))[0]
-    eval_passk.configure_logging()
-    eval_passk.main(eval_args)
-    return 0
+    return eval_passk.run(argv, prog=f"{PROG} eval")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -137,15 +201,28 @@ def run_report_command(argv: Sequence[str]) -> int:
         )
     )
     args = parser.parse_args(list(argv))
-    path = write_report(
-        args.run_dir,
-        args.output,
-        eval_dirs=args.eval_dir,
-        max_prompts=args.max_prompts,
-        max_rollouts=args.max_rollouts,
-    )
-    print(f"Report written to {path}")
-    return 0
+
+    def body() -> int:
+        if args.output is not None and os.path.isdir(args.output):
+            raise UsageError(
+                f"-o {args.output} is a directory; give the HTML file's path, e.g. "
+                f"{os.path.join(args.output, 'report.html')}."
+            )
+        if args.max_prompts < 1 or args.max_rollouts < 1:
+            raise UsageError(
+                f"--max_prompts {args.max_prompts} and --max_rollouts {args.max_rollouts} must be >= 1."
+            )
+        path = write_report(
+            args.run_dir,
+            args.output,
+            eval_dirs=args.eval_dir,
+            max_prompts=args.max_prompts,
+            max_rollouts=args.max_rollouts,
+        )
+        print(f"Report written to {path}")
+        return 0
+
+    return run_reporting_errors("report", body, usage=parser.format_usage)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="MEDS and Cliff reward shaping on TRL's GRPOTrainer: train, evaluate pass@k, and look at "
         "a run.",
         allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help=f"Show the Python traceback of an error (same as {DEBUG_ENV}=1)."
     )
     commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report}")
     for name, (_, help_text) in TRAINING_COMMANDS.items():
@@ -175,9 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.debug and "--debug" in argv[: argv.index(args.command)]:
+        os.environ[DEBUG_ENV] = "1"  # also reaches the training processes accelerate starts
     rest = argv[argv.index(args.command) + 1 :]
     if args.command in TRAINING_COMMANDS:
-        return run_training_command(args.command, rest)
+        return run_reporting_errors(args.command, lambda: run_training_command(args.command, rest))
     if args.command == "eval":
         return run_eval_command(rest)
     return run_report_command(rest)

@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -118,7 +119,42 @@ def build_parser(config_cls: type, *extra: type, prog: str | None = None) -> Trl
     parser = TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
     if prog is not None:
         parser.prog = prog
+    return reword_negated_flags(parser)
+
+
+def reword_negated_flags(parser):
+    """Give each ``--no_<flag>`` that ``HfArgumentParser`` adds for a boolean defaulting to true a help text of
+    its own: it copies the positive flag's (``--no_progress`` "Show a progress bar."), which reads backwards."""
+    for action in parser._actions:
+        negated = [option for option in action.option_strings if option.startswith("--no_")]
+        if negated and action.help and not action.help.startswith("Turn off"):
+            action.help = f"Turn off --{negated[0][len('--no_') :]} (default: on)."
     return parser
+
+
+_TRAINING_STARTED = threading.Event()
+"""Set by :func:`run_training` right before the first training step."""
+
+
+def run_script(command: str, main: Callable[..., Any], parse_args: Callable[[], Sequence[Any]]) -> int:
+    """The ``__main__`` of a training script: ``main(*parse_args()).end()``; returns the exit status.
+
+    Errors in the options and in the set-up before the first training step (options, data, model, output folder)
+    are printed as one line (exit 2 for options, 1 for set-up); an error once :func:`run_training` has started
+    training keeps its Python traceback.
+    """
+    from .cli import UsageError, run_reporting_errors
+
+    def body() -> int:
+        try:
+            parsed = parse_args()
+        except ValueError as error:  # a config's __post_init__: an impossible combination of options
+            raise UsageError(str(error)) from error
+        main(*parsed).end()
+        return 0
+
+    _TRAINING_STARTED.clear()
+    return run_reporting_errors(command, body, report=lambda error: not _TRAINING_STARTED.is_set())
 
 
 def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:
@@ -327,12 +363,13 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
 
 def write_metrics(trainer, output_dir: str | os.PathLike) -> Path:
     """Write the trainer's log history as JSON lines (one logged step per line) to ``metrics.jsonl``."""
+    from .checkpointing import write_atomically
+
     path = Path(output_dir) / "metrics.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        for record in trainer.state.log_history:
-            handle.write(json.dumps(record) + "\n")
-    return path
+    lines = "".join(json.dumps(record) + "\n" for record in trainer.state.log_history)
+    # all lines or none: a crash or a full disk mid-write leaves the previous file (or none), never a torn line
+    return write_atomically(path, lambda handle: handle.write(lines.encode("utf-8")))
 
 
 def prepare_output_dir(script_args: RLScriptArguments, training_args) -> str | None:
@@ -380,6 +417,7 @@ def run_training(trainer_cls: type, script_args, training_args, model_args, **tr
     trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
     if trainer.accelerator.is_main_process:
         _warn_if_a_checkpoint_may_not_fit(trainer)
+    _TRAINING_STARTED.set()  # from here on an error keeps its traceback (run_script)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)
     dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name

@@ -271,10 +271,27 @@ def read_completed(path: Path, num_samples: int) -> dict[tuple[str, str], list[d
     return complete
 
 
+def _holds_samples(path: Path) -> bool:
+    """Whether the JSONL at ``path`` has at least one readable sample record."""
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "sample_index" in record:
+                return True
+    return False
+
+
 def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
     config_path = output_dir / CONFIG_FILE
     current = {name: getattr(args, name) for name in _SAMPLE_DEFINING_FIELDS}
-    if config_path.exists():
+    # A folder without a single sample (e.g. a run that failed to load its model) holds nothing to protect:
+    # its settings are re-recorded instead of refusing the corrected command.
+    if config_path.exists() and _holds_samples(output_dir / SAMPLES_FILE):
         previous = read_json_file(
             config_path,
             f"Delete it to re-record the current settings, or pass --overwrite to discard {output_dir}.",
@@ -344,6 +361,26 @@ def _score(
     return scored
 
 
+def _load_backend(args: EvalArguments) -> GenerationBackend:
+    """The generation backend for ``args``; a model that cannot be loaded (a Hub id offline, a folder without
+    weights) is an ``OSError`` that names ``--model_name_or_path``."""
+    try:
+        return build_backend(
+            args.backend,
+            resolve_model_path(args),
+            adapter_path=args.adapter_path,
+            tokenizer_name_or_path=args.tokenizer_name_or_path,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_model_len=args.max_model_len,
+            chat_template_kwargs=json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None,
+        )
+    except OSError as error:
+        raise OSError(f"could not load --model_name_or_path {args.model_name_or_path!r}: {error}") from error
+
+
 def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None) -> dict[str, Any]:
     """Evaluate ``args.model_name_or_path`` on ``args.benchmarks`` and write the outputs; returns the summary.
 
@@ -352,6 +389,10 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         backend: a ready generation backend (default: built from ``args``); tests pass scripted ones.
     """
     output_dir = Path(args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(
+            f"--output_dir {output_dir} is a file, not a folder; pass a folder (created if missing)."
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     samples_path = output_dir / SAMPLES_FILE
     if args.overwrite:
@@ -387,20 +428,7 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
     settings = SamplingSettings(args.num_samples, args.temperature, args.top_p, args.max_new_tokens)
     if pending:
         if backend is None:
-            backend = build_backend(
-                args.backend,
-                resolve_model_path(args),
-                adapter_path=args.adapter_path,
-                tokenizer_name_or_path=args.tokenizer_name_or_path,
-                batch_size=args.batch_size,
-                dtype=args.dtype,
-                tensor_parallel_size=args.tensor_parallel_size,
-                gpu_memory_utilization=args.gpu_memory_utilization,
-                max_model_len=args.max_model_len,
-                chat_template_kwargs=json.loads(args.chat_template_kwargs)
-                if args.chat_template_kwargs
-                else None,
-            )
+            backend = _load_backend(args)
         pool = MathVerifyPool(num_workers=args.verify_workers)
         from tqdm.auto import tqdm
 

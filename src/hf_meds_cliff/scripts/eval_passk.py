@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from transformers import HfArgumentParser
 
 from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, run_evaluation
+from hf_meds_cliff.script_utils import reword_negated_flags
 
 logger = logging.getLogger("eval_passk")
 
@@ -21,11 +22,18 @@ def make_parser(prog: str | None = None) -> HfArgumentParser:
     parser = HfArgumentParser(EvalArguments)
     if prog is not None:
         parser.prog = prog
-    return parser
+    return reword_negated_flags(parser)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> EvalArguments:
-    (eval_args,) = make_parser().parse_args_into_dataclasses(args=None if argv is None else list(argv))
+def parse_args(argv: Sequence[str] | None = None, parser: HfArgumentParser | None = None) -> EvalArguments:
+    """``EvalArguments`` from ``argv`` (default ``sys.argv[1:]``); an unknown flag is an argparse usage error
+    (usage line, ``error: unrecognized arguments``, exit status 2), not a traceback."""
+    parser = parser or make_parser()
+    eval_args, unknown = parser.parse_args_into_dataclasses(
+        args=None if argv is None else list(argv), return_remaining_strings=True
+    )
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return eval_args
 
 
@@ -53,6 +61,24 @@ def configure_logging() -> None:
     )
 
 
+def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """The entry point of the script and of ``hf-meds-cliff eval``; returns the exit status. Errors are one line
+    on stderr (see :func:`hf_meds_cliff.cli.run_reporting_errors`)."""
+    from hf_meds_cliff.cli import UsageError, run_reporting_errors
+
+    parser = make_parser(prog=prog)
+
+    def body() -> int:
+        try:
+            args = parse_args(argv, parser=parser)
+        except ValueError as error:  # EvalArguments.__post_init__: an impossible combination of options
+            raise UsageError(str(error)) from error
+        configure_logging()
+        main(args)
+        return 0
+
+    return run_reporting_errors("eval", body, usage=parser.format_usage)
+
+
 if __name__ == "__main__":
-    configure_logging()
-    main(parse_args())
+    raise SystemExit(run())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from hf_meds_cliff.cliff.config import CliffConfig
 from hf_meds_cliff.cliff.trainer import CliffGRPOTrainer
-from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_training
+from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_script, run_training
 
 METHOD = "cliff"
 
@@ -70,4 +70,4 @@ def main(script_args, training_args, model_args, teacher_args=None):
 
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    raise SystemExit(run_script(METHOD, main, parse_args))
