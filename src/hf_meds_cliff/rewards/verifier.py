@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..data import completion_text
+from ..text import completion_text
 from .extraction import canonical_integer, extract_final_boxes, nesting_depth, strip_math_delimiters
 
 logger = logging.getLogger(__name__)
