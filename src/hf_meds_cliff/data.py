@@ -15,6 +15,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .rewards.extraction import extract_boxed_answer
+from .text import completion_text  # noqa: F401 - re-exported from its previous home (hf_meds_cliff.text)
+
 logger = logging.getLogger(__name__)
 
 QWEN_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -50,23 +53,6 @@ def prompt_keys(prompts: Sequence[Any], ids: Sequence[Any] | None = None) -> lis
             )
         return [str(i) for i in ids]
     return [prompt_key(p) for p in prompts]
-
-
-def completion_text(completion: Any) -> str:
-    """Text of a TRL completion, which is a string or (conversational) a list of messages.
-
-    >>> completion_text("x = 1")
-    'x = 1'
-    >>> completion_text([{"role": "assistant", "content": "x = 1"}])
-    'x = 1'
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and all(isinstance(m, dict) for m in completion):
-        return "".join(str(m.get("content", "")) for m in completion)
-    raise TypeError(
-        f"Expected a completion string or a list of chat messages, got {type(completion).__name__}: {completion!r:.80}"
-    )
 
 
 PROMPT_TEMPLATES = ("qwen_math", "qwen_math_user", "plain", "keep")
@@ -194,8 +180,6 @@ def prepare_math_dataset(
             ) from error
         reason = None
         if answer_from_solution:
-            from .rewards import extract_boxed_answer
-
             answer = extract_boxed_answer(answer) if answer else None
             if answer is None:
                 reason = f"no \\boxed{{}} answer in the solution column {answer_column!r}"

@@ -190,8 +190,9 @@ def parse_script_args(
     script_args, training_args, model_args = parsed[:3]
     if getattr(training_args, "hub_token", None):
         logger.warning(
-            "--hub_token is kept out of the model card and the logs, but transformers pickles it into "
-            "training_args.bin, which push_to_hub uploads; prefer `hf auth login` or the HF_TOKEN variable."
+            "--hub_token is kept out of the model card, the logs and training_args.bin, but a token on the "
+            "command line stays in the shell history and the process list; prefer `hf auth login` or the "
+            "HF_TOKEN variable."
         )
     check_compatibility(script_args, training_args, model_args)
     return parsed

@@ -16,6 +16,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from ..checkpointing import (
+    CheckpointSafetyMixin,
     checkpoint_folder,
     read_json_file,
     remove_stale_temporaries,
@@ -37,7 +38,7 @@ ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
 """Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
 
 
-class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
+class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GRPOTrainer):
     r"""
     Cliff (learning process rewards from the first mistake) on top of TRL's [`~trl.GRPOTrainer`].
 
@@ -66,6 +67,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
       checkpoint without a valid one is an error unless ``cliff_allow_missing_state_on_resume``.
     - ``create_model_card`` (from :class:`~hf_meds_cliff.model_card.MethodModelCardMixin`): adds the ``cliff_*``
       hyperparameters and the reproduce command.
+    - ``train``, ``_save``, ``_push_from_checkpoint`` (from :class:`~hf_meds_cliff.checkpointing.CheckpointSafetyMixin`):
+      ``train(resume_from_checkpoint=True)`` resumes from the newest *complete* checkpoint, skipping (and naming)
+      incomplete ones, as the scripts do; ``training_args.bin`` is written without ``hub_token`` or other secrets.
 
     Args:
         teacher: an object following :class:`hf_meds_cliff.cliff.teachers.base.Teacher`; when ``None`` it is built

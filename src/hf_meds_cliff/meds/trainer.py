@@ -14,7 +14,7 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 
 from .._activation_checkpointing import activation_checkpointing_disabled
-from ..checkpointing import checkpoint_folder
+from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
 from ..cliff.protocol import problem_text
 from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
@@ -61,7 +61,7 @@ class MEDSPenaltyReward:
         return [None] * len(completions)
 
 
-class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
+class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafetyMixin, GRPOTrainer):
     """GRPO with MEDS reward shaping (memory of past mistakes per prompt, penalised by cluster size).
 
     Every GRPO option keeps working (loss types, ``scale_rewards``, ``num_iterations``, LoRA, vLLM,
@@ -89,6 +89,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
       has it) and restore it on resume; a checkpoint without a valid memory is an error unless
       ``meds_allow_empty_memory_on_resume``.
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
+    * ``train``, ``_save``, ``_push_from_checkpoint`` (from :class:`~hf_meds_cliff.checkpointing.CheckpointSafetyMixin`):
+      ``train(resume_from_checkpoint=True)`` resumes from the newest *complete* checkpoint, skipping (and naming)
+      incomplete ones, as the scripts do; ``training_args.bin`` is written without ``hub_token`` or other secrets.
     * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
       with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
       reward. As in the reference, only the rows the filter and the batch trim keep enter the memory (and are
