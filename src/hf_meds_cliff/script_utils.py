@@ -143,7 +143,7 @@ def run_script(command: str, main: Callable[..., Any], parse_args: Callable[[], 
     are printed as one line (exit 2 for options, 1 for set-up); an error once :func:`run_training` has started
     training keeps its Python traceback.
     """
-    from .cli import UsageError, run_reporting_errors
+    from .errors import UsageError, run_reporting_errors
 
     def body() -> int:
         try:

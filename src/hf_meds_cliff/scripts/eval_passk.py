@@ -64,7 +64,7 @@ def configure_logging() -> None:
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """The entry point of the script and of ``hf-meds-cliff eval``; returns the exit status. Errors are one line
     on stderr (see :func:`hf_meds_cliff.cli.run_reporting_errors`)."""
-    from hf_meds_cliff.cli import UsageError, run_reporting_errors
+    from hf_meds_cliff.errors import UsageError, run_reporting_errors
 
     parser = make_parser(prog=prog)
 
