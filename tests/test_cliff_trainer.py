@@ -72,6 +72,14 @@ def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path)
         str(tmp_path), 12, steps=2, save_strategy="steps", save_steps=1, **scripted
     )
     initial = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    loss_rows = []  # the rows of the advantages TRL's loss receives
+    compute_loss = trainer._compute_loss
+
+    def recording_loss(model, inputs):
+        loss_rows.extend(tuple(row.tolist()) for row in inputs["advantages"])
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording_loss
     trainer.train()
 
     # Hand table of the (B, T) token advantages, the same in both steps (same prompts and rollouts; step 2 from the
@@ -100,6 +108,8 @@ def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path)
     assert len(trainer.recorded) == 2
     for advantages in trainer.recorded:
         torch.testing.assert_close(advantages, expected, rtol=1e-5, atol=1e-6)
+    # TRL's loss received exactly these (B, T) rows (in its own order), the split rows 1 and 5 included.
+    assert sorted(loss_rows) == sorted(tuple(row.tolist()) for step in trainer.recorded for row in step)
 
     logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
     assert [record["cliff/groups_cliff"] for record in logs] == [2.0, 2.0]
