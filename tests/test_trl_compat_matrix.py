@@ -9,12 +9,13 @@ the toy world's warmed-up tiny Qwen3 (``toy_policy_path``) so a cell takes secon
 Each cell asserts that parameters changed, that the method's metrics (``meds/*``, ``cliff/*``) were logged, and
 for MEDS/Cliff that the method acted: a non-zero MEDS penalty, or Cliff groups whose token advantages differ from
 GRPO's, and that TRL's loss received them: the ``advantages`` its ``_compute_loss`` gets are recorded, (B,) for
-GRPO and MEDS, and for Cliff (B, T), row for row the token advantages Cliff produced. Cells run at least two
-generation rounds (the MEDS memory is empty in the first one).
+GRPO and MEDS, and for Cliff (B, T), row for row the token advantages Cliff produced (that rows split into a
+correct prefix and a wrong suffix get there is shown with scripted rollouts in ``test_cliff_trainer.py``). Cells
+run at least two generation rounds (the MEDS memory is empty in the first one).
 
-Default run: the cells of ``FAST_CELLS`` (marked ``slow``), which include every non-clip loss type for MEDS and
-Cliff. The whole matrix (every TRL 1.16 loss type and every
-setting below, for all three trainers) runs with ``HF_MEDS_CLIFF_MATRIX=full``:
+Default run: the cells of ``FAST_CELLS`` (marked ``slow``), which include the loss types other than the clipped
+GRPO family for MEDS and Cliff. The whole matrix (every TRL 1.16 loss type and every setting below, for all three
+trainers) runs with ``HF_MEDS_CLIFF_MATRIX=full``:
 
     HF_MEDS_CLIFF_MATRIX=full python -m pytest -q tests/test_trl_compat_matrix.py
 """
@@ -74,7 +75,8 @@ SETTINGS: dict[str, dict] = {
 }
 TRAINERS = ("grpo", "meds", "cliff")
 NON_CLIP_LOSSES = ("bnpo", "cispo", "sapo", "luspo", "vespo")
-"""The loss types other than the clipped GRPO/DAPO/Dr. GRPO family: each treats per-token advantages its own way."""
+"""Loss types outside the grpo/dr_grpo/dapo family (dapo, the default, runs in the other fast cells): another
+normalisation (bnpo), clipped or soft importance weights (cispo, sapo, vespo), a sequence-level ratio (luspo)."""
 FAST_CELLS = {
     ("grpo", "grad_accum_2"),
     ("meds", "grad_accum_2"),  # the autocast crash of issue 14
