@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from hf_meds_cliff.rewards import (
@@ -263,11 +261,10 @@ def test_batch_budget_bounds_a_batch_of_pathological_answers(pool):
     towers = [f"{base}^{{{base}^{{{base}^{{{base}}}}}}}" for base in range(9, 3, -1)]  # each never returns
     completions = ["\\boxed{" + tower + "}" for tower in towers] + ["\\boxed{\\frac{4}{2}}"]
     before_timeouts, before_budget = pool.timeouts, pool.budget_timeouts
-    start = time.monotonic()
     checks = check_answers(completions, ["2"] * 7, pool=pool, timeout=60, batch_timeout=3)
-    elapsed = time.monotonic() - start
-    assert elapsed < 45, elapsed  # without the budget: at least 3 x 60 s (2 workers, 6 endless answers)
-    # the two answers in flight and the five waiting behind them (the easy one included) are timeouts
+    # the two answers in flight and the five waiting behind them (the easy one included) are timeouts, and the
+    # budget ended every one of them: without it each endless answer would run to its own 60 s timeout (not
+    # counted as a budget timeout) and the easy one would be verified
     assert [c.status for c in checks] == ["timeout"] * 7
     assert pool.budget_timeouts - before_budget == 7 and pool.timeouts - before_timeouts == 7
     assert check_answers(["\\boxed{0.5}"], ["\\frac12"], pool=pool, timeout=30)[0].correct  # pool recovered
