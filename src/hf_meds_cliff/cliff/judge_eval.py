@@ -264,7 +264,9 @@ def load_labelled_items(
         raise ValueError(f"limit={limit!r} must be a positive integer (or None for every item).")
     if data == "toy":
         items = toy_labelled_items(count=toy_size if limit is None else min(limit, toy_size), seed=seed)
-        if answer_column is None:  # the toy answers are known; they are used (reference filter) only when asked
+        if (
+            answer_column is None
+        ):  # the toy answers are known; they are used (reference filter) only when asked
             for item in items:
                 item.answer = None
         return items, 0
@@ -548,8 +550,10 @@ def summarize_records(records: Sequence[dict[str, Any]], wall_time_s: float | No
 
 
 def _is_parse_failure(status: str) -> bool:
+    """An item without a prediction because the teacher's reply could not be read (not a failed request, an
+    unverified reference, or a re-scored item without a stored prediction)."""
     return (
-        status not in ("ok", "rescored")
+        status not in ("ok", "rescored", "no_prediction")
         and status not in ENDPOINT_FAILURES
         and not status.startswith("reference_")
     )
@@ -639,9 +643,7 @@ def parse_boxed_index(text: Any, num_steps: int) -> tuple[int | None, str]:
 def items_path_for(output_json: str | os.PathLike) -> Path:
     """Where the per-item records of ``output_json`` go: ``<name without .json>.items.jsonl`` beside it."""
     path = Path(output_json)
-    return path.with_name(
-        (path.name.removesuffix(".json")) + ".items.jsonl"
-    )
+    return path.with_name((path.name.removesuffix(".json")) + ".items.jsonl")
 
 
 def _read_items_file(
@@ -746,7 +748,12 @@ def run_judge_eval(
         valid = set(keys)
         done = {r["key"]: r for r in previous if r.get("key") in valid}
         items_path.parent.mkdir(parents=True, exist_ok=True)
+        torn = (
+            items_path.exists() and items_path.stat().st_size and not items_path.read_bytes().endswith(b"\n")
+        )
         with items_path.open("a", encoding="utf-8") as handle:
+            if torn:  # a kill mid-write left half a line: end it, so it is dropped alone
+                handle.write("\n")
             if header is None:
                 handle.write(json.dumps({"kind": "header", "settings": wanted}) + "\n")
             handle.write(json.dumps({"kind": "session", "started": time.time()}) + "\n")
