@@ -381,7 +381,10 @@ def test_export_rollouts_and_rescore_an_audit(tmp_path):
     assert summary["mean_distance"] == 0.5 and summary["within_one"] == 1.0
     assert summary["cost"]["requests"] == 0
     # no stored prediction is wrong everywhere, but no unparsable reply of this run
-    assert summary["parse_failures"] == 0 and summary["counts"]["statuses"] == {"no_prediction": 1, "rescored": 3}
+    assert summary["parse_failures"] == 0 and summary["counts"]["statuses"] == {
+        "no_prediction": 1,
+        "rescored": 3,
+    }
 
 
 # --- the teacher's cost during training ---------------------------------------------------------------------------
@@ -422,3 +425,89 @@ def test_trainer_logs_teacher_cost_and_the_card_states_it(tmp_path):
     card = (tmp_path / "run" / "README.md").read_text()
     assert "### Teacher cost" in card
     assert f"| {served} | {50 * served} | {7 * served} |" in card
+
+
+# --- a real OpenAI-compatible server ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_judge_eval_through_transformers_serve(tmp_path):
+    """``transformers serve`` on loopback with the hand-built verdict model, which answers every request with
+    ``{"final_answer_correct": false, "first_mistake": 1}``: the metrics follow from the labels alone."""
+    pytest.importorskip("fastapi", reason="`transformers serve` needs transformers[serving] (the test extra)")
+    pytest.importorskip("uvicorn", reason="`transformers serve` needs transformers[serving] (the test extra)")
+    from test_cliff_served_teacher import ServedTeacher, write_verdict_teacher
+
+    # label, number of steps: hit, near miss (1), far miss (2), id out of range (1 step: unparsable), 2 false alarms
+    cases = [(1, 3), (2, 4), (3, 4), (0, 1), (-1, 3), (-1, 2)]
+    data = tmp_path / "served.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"i{k}",
+                    "problem": f"Problem {k}.",
+                    "steps": [f"s{j}." for j in range(n)],
+                    "label": label,
+                }
+            )
+            + "\n"
+            for k, (label, n) in enumerate(cases)
+        )
+    )
+    folder = write_verdict_teacher(tmp_path / "verdict-teacher")
+    server = ServedTeacher(folder, tmp_path / "serve.log")
+    output = tmp_path / "served.json"
+    try:
+        run_cli([
+            "--data", str(data), "--cliff_teacher_base_url", server.base_url, "--cliff_teacher_model", str(folder),
+            "--cliff_teacher_timeout", "120", "--output_json", str(output),
+        ])  # fmt: skip
+    finally:
+        server.stop()
+    summary = json.loads(output.read_text())
+    assert (
+        summary["accuracy_erroneous"] == 0.25 and summary["accuracy_correct"] == 0.0 and summary["f1"] == 0.0
+    )
+    assert summary["verdict_accuracy"] == 0.5
+    assert summary["mean_distance"] == 1.0 and summary["within_one"] == pytest.approx(2 / 3)
+    assert summary["parse_failures"] == 1 and summary["counts"]["statuses"] == {"ok": 5, "out_of_range": 1}
+    cost = summary["cost"]
+    assert cost["requests"] == 6 and cost["usage_reported"] == 6
+    assert cost["prompt_tokens"] > 6 * 10 and cost["completion_tokens"] >= 6  # the server's own token counts
+
+
+def test_report_shows_a_calibration_run(tmp_path):
+    from hf_meds_cliff.report import write_report
+
+    data = write_script(tmp_path / "scripted.jsonl")
+    run_dir = tmp_path / "run"
+    output = run_dir / "judge_eval" / "scripted.json"
+    with LoopbackChatServer(ScriptedTeacher()) as server:
+        run_cli(["--data", str(data), *http_args(server, output)])
+    html = write_report(run_dir).read_text()
+    assert "Teacher calibration (judge-eval)" in html and 'href="#judge-eval"' in html
+    row = html.split("<td>scripted.json</td>", 1)[1].split("</tr>", 1)[0]
+    # erroneous 20.0, correct 50.0, F1 28.6, verdict 55.6, distance 1.33, within one 66.7, 1 unparsed, 9 requests
+    assert (
+        "<td>20.0</td><td>50.0</td><td>28.6</td><td>55.6</td><td>1.33</td><td>66.7</td><td>1</td><td>9</td>"
+        in row
+    )
+    assert "<td>960 + 120</td>" in row
+
+
+def test_help_lists_the_teacher_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(["--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0
+    for option in (
+        "--data",
+        "--output_json",
+        "--limit",
+        "--prompt",
+        "--cliff_teacher_base_url",
+        "--cliff_self_consistency",
+        "--label_column",
+    ):
+        assert option in text
