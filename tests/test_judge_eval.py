@@ -511,3 +511,27 @@ def test_help_lists_the_teacher_options(capsys):
         "--label_column",
     ):
         assert option in text
+
+
+def test_teacher_cost_totals_are_restored_and_an_old_checkpoint_restarts_them(tmp_path, caplog):
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from hf_meds_cliff.cliff.cost import teacher_step_cost
+    from hf_meds_cliff.cliff.trainer import TEACHER_COST_NAME, CliffTokenAdvantageTrainer
+
+    holder = SimpleNamespace(cliff_teacher_cost=Counter({"requests": 1.0}))
+    path = tmp_path / TEACHER_COST_NAME
+    path.write_text(json.dumps({"requests": 7, "prompt_tokens": 70, "teacher_time_s": 1.5, "rounds": 2}))
+    CliffTokenAdvantageTrainer._load_teacher_cost(holder, str(path))
+    assert holder.cliff_teacher_cost == Counter(
+        {"requests": 7.0, "prompt_tokens": 70.0, "completion_tokens": 0.0, "teacher_time_s": 1.5,
+         "cycle_time_s": 0.0, "rounds": 2.0}
+    )  # fmt: skip
+    CliffTokenAdvantageTrainer._load_teacher_cost(holder, str(tmp_path / "absent.json"))
+    assert holder.cliff_teacher_cost["requests"] == 7.0 and "not restored" in caplog.text
+    # an HTTP teacher's own request count (retries included) vs the calls of a teacher that sends no requests
+    http = teacher_step_cost({"requests": 6, "prompt_tokens": 300}, {"judge_calls": 4}, 2.0, 8.0, True)
+    local = teacher_step_cost({}, {"solve_calls": 2, "judge_calls": 4}, 2.0, 8.0, False)
+    assert (http["requests"], http["prompt_tokens"], http["time_fraction"]) == (6.0, 300.0, 0.25)
+    assert (local["requests"], local["completion_tokens"]) == (6.0, 0.0)

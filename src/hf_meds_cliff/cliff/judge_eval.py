@@ -28,7 +28,11 @@ failed request is no prediction and counts as wrong everywhere.
 - ``mean_distance`` / ``within_one``: over erroneous items with a predicted step index (not -1, not unparsed), the
   mean ``|prediction - label|`` and the share with ``|prediction - label| <= 1`` (null without such items);
 - ``parse_failures``: items without a prediction because of unparsable replies (failed requests are
-  ``counts["request_failures"]``).
+  ``counts["request_failures"]``);
+- ``cost``: ``requests`` (HTTP requests, retries included; for a teacher that sends none, its solve and judge
+  calls), ``prompt_tokens`` / ``completion_tokens`` (summed from the server's ``usage``; ``usage_reported`` counts the
+  replies that had one), ``wall_time_s`` (of the whole run, resumed sessions added up) and ``mean_latency_s`` (mean
+  time of one request from sending it to the reply, waiting for a free concurrency slot excluded).
 
 Resumable: every judged item is appended to ``<output_json without .json>.items.jsonl`` as soon as it is done; a
 re-run with the same settings skips the items found there (a torn last line from a kill is dropped).
@@ -537,14 +541,15 @@ def summarize_records(records: Sequence[dict[str, Any]], wall_time_s: float | No
             "unverified": sum(n for s, n in reference.items() if s != "verified"),
             "statuses": dict(sorted(reference.items())),
         }
-    latencies = [r["latency_s"] for r in records if r.get("latency_s") is not None]
+    requests = sum(r.get("requests", 0) for r in records)
+    request_seconds = sum(r.get("request_seconds", 0.0) for r in records)
     summary["cost"] = {
-        "requests": sum(r.get("requests", 0) for r in records),
+        "requests": requests,
         "prompt_tokens": sum(r.get("prompt_tokens", 0) for r in records),
         "completion_tokens": sum(r.get("completion_tokens", 0) for r in records),
         "usage_reported": sum(r.get("usage_reported", 0) for r in records),
         "wall_time_s": wall_time_s,
-        "mean_latency_s": sum(latencies) / len(latencies) if latencies else None,
+        "mean_latency_s": request_seconds / requests if requests else None,
     }
     return summary
 
@@ -901,9 +906,11 @@ async def _judge_item(judge: CliffJudge, key: str, item: LabelledItem, prompt: s
 
 
 def _finish(record: dict[str, Any], cost: Counter, calls: int, started: float) -> dict[str, Any]:
-    record["latency_s"] = time.perf_counter() - started
-    # HTTP teachers count their requests (retries included); other teachers make one call per solve or judgment
+    record["latency_s"] = time.perf_counter() - started  # the item's wall time, queueing included
+    # HTTP teachers count their requests (retries included) and time each from sending to reply; other teachers
+    # make one call per solve or judgment, timed together with the item
     record["requests"] = int(cost["requests"]) if cost["requests"] else calls
+    record["request_seconds"] = float(cost["request_seconds"]) if cost["requests"] else record["latency_s"]
     record["prompt_tokens"] = int(cost["prompt_tokens"])
     record["completion_tokens"] = int(cost["completion_tokens"])
     record["usage_reported"] = int(cost["usage_reported"])

@@ -49,7 +49,8 @@ REQUEST_COST: contextvars.ContextVar[Counter | None] = contextvars.ContextVar(
     "cliff_request_cost", default=None
 )
 """Per-task cost accounting: set it to a ``Counter`` in an asyncio task and every request the task (and the tasks
-it starts) sends adds ``requests``, ``request_seconds`` and, from the server's ``usage``, ``prompt_tokens``,
+it starts) sends adds ``requests``, ``request_seconds`` (time from sending to the reply, not waiting for a free
+concurrency slot) and, from the server's ``usage``, ``prompt_tokens``,
 ``completion_tokens`` and ``usage_reported`` to it. ``hf-meds-cliff judge-eval`` uses it to cost each item; the
 teacher's own ``counters`` get the same keys summed over all requests."""
 
@@ -197,9 +198,12 @@ class OpenAICompatibleTeacher:
             cost = REQUEST_COST.get()
             if cost is not None:
                 cost["requests"] += 1
-            request_started = time.perf_counter()
+            request_started: float | None = (
+                None  # set once a concurrency slot is free: queueing is not latency
+            )
             try:
                 async with semaphore:
+                    request_started = time.perf_counter()
                     # httpx's timeout bounds each read; wait_for also bounds a reply trickled byte by byte
                     response = await asyncio.wait_for(
                         client.post("/chat/completions", json=payload), self.timeout
@@ -235,7 +239,10 @@ class OpenAICompatibleTeacher:
             return content
         raise _RequestFailed(last_kind, last_message)
 
-    def _count_seconds(self, cost: Counter | None, started: float) -> None:
+    def _count_seconds(self, cost: Counter | None, started: float | None) -> None:
+        """Add a request's duration (from sending it, not from waiting for a free slot) to ``request_seconds``."""
+        if started is None:
+            return
         seconds = time.perf_counter() - started
         self.counters["request_seconds"] += seconds
         if cost is not None:
