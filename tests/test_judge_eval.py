@@ -603,3 +603,40 @@ def test_qwen_world_set_through_the_reference_filter(tmp_path):
     assert summary["cost"]["requests"] == summary["reference_filter"]["solve_calls"] + len(items)
     if summary["counts"]["erroneous"]:
         assert summary["accuracy_erroneous"] == 1.0 and summary["mean_distance"] == 0.0
+
+
+def test_a_dataset_folder_with_named_splits_like_processbench(tmp_path):
+    """The Hub path (``datasets.load_dataset``) on a local folder laid out as ``Qwen/ProcessBench``: one file per
+    split, declared in the README's ``configs``; ``--split`` picks splits and ``--limit`` cuts each."""
+    folder = tmp_path / "ProcessBench"
+    folder.mkdir()
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: gsm8k\n    path: gsm8k.jsonl\n"
+        "  - split: math\n    path: math.jsonl\n---\n"
+    )
+    for split, labels in (("gsm8k", [0, -1, 1]), ("math", [-1, 2])):
+        rows = [
+            {"id": f"{split}-{k}", "generator": "g", "problem": f"Problem {split}{k}: x.", "steps": ["a.", "b.", "c."],
+             "final_answer_correct": label == -1, "label": label}
+            for k, label in enumerate(labels)
+        ]  # fmt: skip
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def responder(body, index):  # always "no mistake"
+        return Reply(content=verdict(-1))
+
+    output = tmp_path / "pb.json"
+    with LoopbackChatServer(responder) as server:
+        run_cli(["--data", str(folder), "--split", "gsm8k,math", "--limit", "2", *http_args(server, output)])
+    summary = json.loads(output.read_text())
+    # gsm8k: labels 0, -1 (limit 2); math: -1, 2. "No mistake" everywhere: correct items right, erroneous wrong
+    assert summary["counts"]["items"] == 4
+    assert (summary["splits"]["gsm8k"]["counts"]["items"], summary["splits"]["math"]["counts"]["items"]) == (
+        2,
+        2,
+    )
+    assert (summary["accuracy_erroneous"], summary["accuracy_correct"], summary["verdict_accuracy"]) == (
+        0.0,
+        1.0,
+        0.5,
+    )

@@ -278,8 +278,8 @@ def load_labelled_items(
                 item.answer = None
         return items, 0
     path = Path(data).expanduser()
-    if path.exists():
-        if path.is_dir() or path.suffix not in (".jsonl", ".json", ".parquet"):
+    if path.exists() and not path.is_dir():
+        if path.suffix not in (".jsonl", ".json", ".parquet"):
             raise ValueError(f"--data {data!r}: a local file must be .jsonl, .json or .parquet.")
         items, unlabelled = items_from_rows(
             _read_local_rows(path),
@@ -290,11 +290,13 @@ def load_labelled_items(
             source=str(path),
         )
         return _limit_per_split(items, limit), unlabelled
-    if data.endswith((".jsonl", ".json", ".parquet")) or os.sep in data.strip("/").replace("/", "", 1):
+    if not path.is_dir() and (
+        data.endswith((".jsonl", ".json", ".parquet")) or os.sep in data.strip("/").replace("/", "", 1)
+    ):
         raise ValueError(
             f"--data {data!r}: no such file. Give a local JSONL/parquet file, a Hub id or 'toy'."
         )
-    import datasets  # deferred: importing datasets costs ~1 s
+    import datasets  # deferred (~1 s): a Hub id, or a local folder laid out as a Hub dataset
 
     splits = list(PROCESSBENCH_SPLITS) if split in (None, "all") else [s.strip() for s in split.split(",")]
     items, unlabelled = [], 0
@@ -685,7 +687,11 @@ def format_metrics_table(summary: dict[str, Any]) -> str:
     )
     if "reference_filter" in summary:
         ref = summary["reference_filter"]
-        lines.append(f"reference filter: {ref['verified']} of {ref['solve_calls']} solutions verified")
+        lines.append(
+            f"reference filter: {ref['solve_calls']} solve calls; items with a verified reference: {ref['verified']}, "
+            f"without: {ref['unverified']}"
+            + (f", unfiltered: {ref['statuses']['unfiltered']}" if "unfiltered" in ref["statuses"] else "")
+        )
     return "\n".join(lines)
 
 
