@@ -250,6 +250,7 @@ def main(args: JudgeEvalArguments) -> dict | None:
             f"--data {args.data!r} has no labelled items ({unlabelled} rows without {args.label_column})."
         )
     rescoring = args.prediction_column is not None
+    generated = args.data in ("toy", "qwen_world")
     teacher = None if rescoring else build_eval_teacher(args)
     kind = "stored:" + args.prediction_column if rescoring else args.resolved_teacher_kind()
     settings = JudgeEvalSettings(
@@ -261,24 +262,33 @@ def main(args: JudgeEvalArguments) -> dict | None:
         data=args.data,
         label_column=args.label_column,
         extra={
-            "model": args.cliff_teacher_model, "base_url": args.cliff_teacher_base_url,
+            # the served model, not its address: a teacher restarted on another port resumes the same run
+            "model": args.cliff_teacher_model,
             "temperature": args.cliff_teacher_temperature, "max_tokens": args.cliff_teacher_max_tokens,
-            "answer_column": args.answer_column, "toy_size": args.toy_size if args.data == "toy" else None,
-            "seed": args.seed if args.data == "toy" else None,
+            "answer_column": args.answer_column, "split": args.split, "limit": args.limit,
+            "toy_size": args.toy_size if generated else None, "seed": args.seed if generated else None,
         },
     )  # fmt: skip
-    summary = run_judge_eval(
-        items, teacher, output_json=args.output_json, settings=settings, prompt=args.prompt,
-        self_consistency=args.cliff_self_consistency, reducer=args.cliff_self_consistency_reducer,
-        reference_filter=args.cliff_reference_filter, max_items_in_flight=args.max_items_in_flight,
-    )  # fmt: skip
+    from pathlib import Path
+
+    from tqdm.auto import tqdm
+
+    from ..checkpointing import write_json_atomically
+
+    with tqdm(total=len(items), desc="judge-eval", unit="item", file=sys.stderr, disable=rescoring) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.n = done
+            bar.refresh()
+
+        summary = run_judge_eval(
+            items, teacher, output_json=args.output_json, settings=settings, prompt=args.prompt,
+            self_consistency=args.cliff_self_consistency, reducer=args.cliff_self_consistency_reducer,
+            reference_filter=args.cliff_reference_filter, max_items_in_flight=args.max_items_in_flight,
+            progress=progress,
+        )  # fmt: skip
     summary["counts"]["unlabelled_skipped"] = unlabelled
-    if unlabelled:
-        from pathlib import Path
-
-        from ..checkpointing import write_json_atomically
-
-        write_json_atomically(Path(args.output_json), summary)
+    write_json_atomically(Path(args.output_json), summary)
     print(format_metrics_table(summary))
     print(f"Metrics written to {args.output_json}")
     return summary
