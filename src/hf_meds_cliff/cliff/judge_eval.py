@@ -948,11 +948,12 @@ async def _judge_item(
     prompt: str,
     solves: dict[tuple[str, str], asyncio.Task],
 ) -> dict[str, Any]:
-    from .teachers.openai_compatible import REQUEST_COST
+    from .teachers.openai_compatible import REQUEST_COST, OpenAICompatibleTeacher
 
     cost: Counter = Counter()
     REQUEST_COST.set(cost)  # this task's context: the teacher's requests for this item add to ``cost``
     calls = 0
+    counts_requests = isinstance(judge.teacher, OpenAICompatibleTeacher)  # it adds its requests to ``cost``
     started = time.perf_counter()
     record: dict[str, Any] = {
         "kind": "item",
@@ -969,15 +970,14 @@ async def _judge_item(
             record["solve_call"] = True
             calls += 1
         solved = await solves[problem_key]
-        record["reference_status"] = solved[
-            "status"
-        ]  # verified, unfiltered (filter off), wrong, no_ground_truth...
+        # verified, unfiltered (filter off), wrong, no_ground_truth, or an endpoint failure of the solve call
+        record["reference_status"] = solved["status"]
         if not solved["verified"]:
             status = (
                 solved["status"] if solved["status"] in ENDPOINT_FAILURES else "reference_" + solved["status"]
             )
             record.update(prediction=None, status=status, statuses=[], votes=[], raw=[])
-            return _finish(record, cost, calls, started)
+            return _finish(record, cost, calls, started, counts_requests)
         reference = solved["solution"]
     if prompt == "cliff":
         results = await asyncio.gather(
@@ -1015,15 +1015,17 @@ async def _judge_item(
             s for s in statuses if s not in ENDPOINT_FAILURES
         ))  # fmt: skip
     record.update(statuses=statuses, votes=votes, raw=[r[:4000] for r in raws])
-    return _finish(record, cost, calls, started)
+    return _finish(record, cost, calls, started, counts_requests)
 
 
-def _finish(record: dict[str, Any], cost: Counter, calls: int, started: float) -> dict[str, Any]:
+def _finish(
+    record: dict[str, Any], cost: Counter, calls: int, started: float, counts_requests: bool
+) -> dict[str, Any]:
     record["latency_s"] = time.perf_counter() - started  # the item's wall time, queueing included
     # HTTP teachers count their requests (retries included) and time each from sending to reply; other teachers
     # make one call per solve or judgment, timed together with the item
-    record["requests"] = int(cost["requests"]) if cost["requests"] else calls
-    record["request_seconds"] = float(cost["request_seconds"]) if cost["requests"] else record["latency_s"]
+    record["requests"] = int(cost["requests"]) if counts_requests else calls
+    record["request_seconds"] = float(cost["request_seconds"]) if counts_requests else record["latency_s"]
     record["prompt_tokens"] = int(cost["prompt_tokens"])
     record["completion_tokens"] = int(cost["completion_tokens"])
     record["usage_reported"] = int(cost["usage_reported"])
