@@ -364,3 +364,13 @@ def test_a_training_command_set_up_error_through_accelerate_is_one_line(tmp_path
     result = run_cli("grpo", "--model_name_or_path", str(tmp_path / "missing-model"), "--output_dir",
                      str(tmp_path / "out"), "--use_cpu", "true", "--bf16", "false", timeout=300)  # fmt: skip
     assert_one_line_error(result, "grpo", 1, r"missing-model'? looks like a local path but does not exist")
+
+
+def test_judge_eval_errors_are_one_line(tmp_path):
+    missing = run_cli("judge-eval", "--data", str(tmp_path / "no-such-file.jsonl"), "--output_json",
+                      str(tmp_path / "out.json"))  # fmt: skip
+    assert missing.returncode in (1, 2) and "Traceback" not in missing.stderr, missing.stderr[-2000:]
+    assert len(error_lines(missing.stderr, "judge-eval")) == 1
+    unknown = run_cli("judge-eval", "--data", "toy", "--colour", "red")
+    assert unknown.returncode == 2 and "unrecognized arguments: --colour red" in unknown.stderr
+    assert "Traceback" not in unknown.stderr

@@ -7,6 +7,7 @@
     hf-meds-cliff grpo   [--config recipe.yaml] [training flags] [accelerate launch flags]
     hf-meds-cliff eval   --model_name_or_path M --output_dir D [evaluation flags]
     hf-meds-cliff report RUN_DIR [-o report.html]
+    hf-meds-cliff judge-eval --data Qwen/ProcessBench|FILE|toy [teacher flags] [--output_json PATH]
 
 The training commands take exactly the arguments of ``scripts/train_<method>.py`` (both run the code of
 :mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags
@@ -31,17 +32,9 @@ import sys
 from collections.abc import Sequence
 
 from .errors import DEBUG_ENV, PROG, UsageError, run_reporting_errors
+from .scripts import TRAINING_COMMANDS
 
 __all__ = ["DEBUG_ENV", "PROG", "UsageError", "main", "run_reporting_errors"]
-
-TRAINING_COMMANDS = {
-    "meds": (
-        "train_meds",
-        "Train with MEDS (memory-enhanced dynamic reward shaping); no flags = the toy world.",
-    ),
-    "cliff": ("train_cliff", "Train with Cliff (first-mistake token advantages); no flags = the toy world."),
-    "grpo": ("train_grpo", "Train the GRPO/DAPO baseline; no flags = the toy world."),
-}
 
 
 def _subtract_subsequence(items: Sequence[str], subsequence: Sequence[str]) -> list[str]:
@@ -102,6 +95,12 @@ def run_eval_command(argv: Sequence[str]) -> int:
     from .scripts import eval_passk
 
     return eval_passk.run(argv, prog=f"{PROG} eval")
+
+
+def run_judge_eval_command(argv: Sequence[str]) -> int:
+    from .scripts import judge_eval
+
+    return judge_eval.run(argv, prog=f"{PROG} judge-eval")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -176,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help=f"Show the Python traceback of an error (same as {DEBUG_ENV}=1)."
     )
-    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report}")
+    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report,judge-eval}")
     for name, (_, help_text) in TRAINING_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
     commands.add_parser(
@@ -184,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "report", help="Write RUN_DIR/report.html, a self-contained view of a run.", add_help=False
+    )
+    commands.add_parser(
+        "judge-eval",
+        help="Measure a Cliff teacher on labelled first-mistake data (ProcessBench format, or the toy world's).",
+        add_help=False,
     )
     return parser
 
@@ -203,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_reporting_errors(args.command, lambda: run_training_command(args.command, rest))
     if args.command == "eval":
         return run_eval_command(rest)
+    if args.command == "judge-eval":
+        return run_judge_eval_command(rest)
     return run_report_command(rest)
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 PROG = "hf-meds-cliff"
 DEBUG_ENV = "HF_MEDS_CLIFF_DEBUG"
@@ -71,3 +72,38 @@ def run_reporting_errors(
             message = f"{type(error).__name__}: {message} (set {DEBUG_ENV}=1 for the traceback)"
         print(f"{prefix}: error: {message}", file=sys.stderr)
         return 1
+
+
+def parse_dataclass_args(parser: Any, argv: Sequence[str] | None = None) -> Any:
+    """The one dataclass of an ``HfArgumentParser`` from ``argv`` (default ``sys.argv[1:]``). An unknown flag is an
+    argparse usage error (usage line, ``error: unrecognized arguments``, exit status 2), not a traceback."""
+    parsed, unknown = parser.parse_args_into_dataclasses(
+        args=None if argv is None else list(argv), return_remaining_strings=True
+    )
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return parsed
+
+
+def run_dataclass_command(
+    command: str,
+    parser: Any,
+    main: Callable[[Any], Any],
+    argv: Sequence[str] | None = None,
+    before_main: Callable[[], None] | None = None,
+) -> int:
+    """Parse ``argv`` with ``parser`` (:func:`parse_dataclass_args`) and run ``main(args)``, reporting errors as
+    :func:`run_reporting_errors` does; a ``ValueError`` of the arguments' ``__post_init__`` (an impossible
+    combination of options) is a usage error. ``before_main`` runs between the two (e.g. logging set-up)."""
+
+    def body() -> int:
+        try:
+            args = parse_dataclass_args(parser, argv)
+        except ValueError as error:
+            raise UsageError(str(error)) from error
+        if before_main is not None:
+            before_main()
+        main(args)
+        return 0
+
+    return run_reporting_errors(command, body, usage=parser.format_usage)

@@ -64,7 +64,8 @@ def reproduce_command(argv: list[str] | None = None) -> str:
 
     argv = redact_argv(sys.argv if argv is None else argv)
     if argv:
-        from .cli import PROG, TRAINING_COMMANDS
+        from .errors import PROG
+        from .scripts import TRAINING_COMMANDS
 
         package_scripts = Path(__file__).resolve().parent / "scripts"
         script = Path(argv[0])
@@ -196,6 +197,10 @@ class MethodModelCardMixin:
 
     _config_prefix = ""
 
+    def _method_card_sections(self) -> str:
+        """Extra Markdown appended after the method section (a subclass's measured facts, e.g. teacher cost)."""
+        return ""
+
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
@@ -215,6 +220,9 @@ class MethodModelCardMixin:
         card.text += "\n" + render_method_section(
             self._name, method_hyperparameters(self.args, self._config_prefix), reproduce_command(), summary
         )
+        extra = self._method_card_sections()
+        if extra:
+            card.text += "\n" + extra
         if summary is not None:
             apply_passk_metadata(card, summary, name)
         card.save(path)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from transformers import HfArgumentParser
 
+from hf_meds_cliff.errors import parse_dataclass_args, run_dataclass_command
 from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, run_evaluation
 from hf_meds_cliff.script_utils import reword_negated_flags
 
@@ -26,15 +27,8 @@ def make_parser(prog: str | None = None) -> HfArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None, parser: HfArgumentParser | None = None) -> EvalArguments:
-    """``EvalArguments`` from ``argv`` (default ``sys.argv[1:]``); an unknown flag is an argparse usage error
-    (usage line, ``error: unrecognized arguments``, exit status 2), not a traceback."""
-    parser = parser or make_parser()
-    eval_args, unknown = parser.parse_args_into_dataclasses(
-        args=None if argv is None else list(argv), return_remaining_strings=True
-    )
-    if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    return eval_args
+    """``EvalArguments`` from ``argv`` (default ``sys.argv[1:]``); an unknown flag is an argparse usage error."""
+    return parse_dataclass_args(parser or make_parser(), argv)
 
 
 def main(args: EvalArguments) -> dict | None:
@@ -63,21 +57,8 @@ def configure_logging() -> None:
 
 def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """The entry point of the script and of ``hf-meds-cliff eval``; returns the exit status. Errors are one line
-    on stderr (see :func:`hf_meds_cliff.cli.run_reporting_errors`)."""
-    from hf_meds_cliff.errors import UsageError, run_reporting_errors
-
-    parser = make_parser(prog=prog)
-
-    def body() -> int:
-        try:
-            args = parse_args(argv, parser=parser)
-        except ValueError as error:  # EvalArguments.__post_init__: an impossible combination of options
-            raise UsageError(str(error)) from error
-        configure_logging()
-        main(args)
-        return 0
-
-    return run_reporting_errors("eval", body, usage=parser.format_usage)
+    on stderr (see :func:`hf_meds_cliff.errors.run_reporting_errors`)."""
+    return run_dataclass_command("eval", make_parser(prog=prog), main, argv, before_main=configure_logging)
 
 
 if __name__ == "__main__":
