@@ -35,6 +35,7 @@ import errno
 import fcntl
 import io
 import json
+import linecache
 import os
 import resource
 import select
@@ -216,12 +217,25 @@ def _find_function(namespace, fn_name):
     return function
 
 
+def _show_in_tracebacks(name, source):
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+
+
+def _print_program_traceback(error):
+    """The traceback without the harness's own frames (they say nothing about the program)."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename != __file__]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    lines += traceback.format_exception_only(type(error), error)
+    sys.stderr.write("".join(lines))
+
+
 def run_test_process(job, case_input, result_fd, nonce_fd):
     """Runs in the forked test process, after limits and privileges are set. Never returns."""
     _restore_standard_streams()
     status = 0
     try:
         try:
+            _show_in_tracebacks("<program>", job["program"])
             code = compile(job["program"], "<program>", "exec")
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
             _frame(result_fd, b"C", f"{type(error).__name__}: {error}".encode(errors="replace"))
@@ -249,7 +263,9 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
             namespace["__builtins__"] = dict(_CLEAN_BUILTINS)  # what the program did to builtins is undone
             sys.settrace(None)
             sys.setprofile(None)
+            _show_in_tracebacks("<test>", case_input)
             if job.get("setup_code"):
+                _show_in_tracebacks("<setup>", job["setup_code"])
                 exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
             exec(compile(case_input, "<test>", "exec"), namespace)  # noqa: S102
             _flush_streams()
@@ -265,7 +281,7 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
     except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
         status = 1
         try:
-            traceback.print_exc()
+            _print_program_traceback(error)
         except BaseException:  # noqa: BLE001 - e.g. MemoryError while formatting
             with contextlib.suppress(BaseException):
                 _write_all(2, f"{type(error).__name__}\n".encode())
