@@ -289,6 +289,28 @@ def test_output_bombs(isolation):
     assert big_file.status == "runtime_error"
 
 
+@needs_isolation
+def test_the_program_folder_is_a_bounded_tmpfs():
+    program = textwrap.dedent(
+        """
+        written = 0
+        for index in range(20):  # at most 160 MiB even where nothing bounds the folder
+            try:
+                with open(f"part{index}", "wb") as handle:
+                    handle.write(b"x" * (8 << 20))
+                written += 8
+            except OSError:
+                break
+        print(written)
+        """
+    )
+    result = run_tests(
+        program, [{"input": "", "output": "0"}], limits=limits("auto", workdir_size_mb=16, file_size_mb=8)
+    )
+    case = only_output(result)
+    assert case.actual is not None and int(case.actual) <= 16, case
+
+
 DAEMON = """
 import os, sys
 if os.fork() == 0:

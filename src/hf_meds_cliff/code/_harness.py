@@ -607,11 +607,13 @@ def _reexpose_interpreter(workdir):
     return sorted(by_home)
 
 
-def _confine_filesystem(workdir):
-    """Every mount read-only but the program's folder (bind-mounted onto itself first); private homes of
-    the interpreter hidden (see :func:`_reexpose_interpreter`); a fresh /proc."""
+def _confine_filesystem(workdir, owner, size_mb):
+    """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
+    ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
+    of the interpreter hidden (see :func:`_reexpose_interpreter`); a fresh /proc."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(workdir, workdir, None, MS_BIND | MS_REC)
+    options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
     _reexpose_interpreter(workdir)
     failures = []
     with open("/proc/self/mountinfo") as mountinfo:
@@ -662,7 +664,9 @@ def isolate_and_serve(job, control):
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _prctl(PR_SET_DUMPABLE, 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                failures = _confine_filesystem(job["workdir"])
+                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
+                owner = job["run_as_uid"] or 0
+                failures = _confine_filesystem(job["workdir"], owner, job["limits"]["workdir_size_mb"])
                 socket.sethostname("sandbox")
                 isolation = {
                     "isolated": True,
@@ -670,7 +674,6 @@ def isolate_and_serve(job, control):
                     "readonly_failures": failures,
                     "network_reachable": _network_reachable(),
                 }
-                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
                 serve(job, control, True, isolation)
                 _exit(0)
             _, status = os.waitpid(init, 0)
