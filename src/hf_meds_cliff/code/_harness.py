@@ -54,6 +54,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 NAMESPACE_UID = 1000  # the unprivileged uid tests run as inside the namespace (host root only)
@@ -556,10 +557,64 @@ _KEPT_FLAGS = {
 }
 
 
-def _confine_filesystem(workdir):
-    """Every mount read-only but the program's folder (bind-mounted onto itself first); a fresh /proc."""
+def _interpreter_paths():
+    """The directories the interpreter reads modules from."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(path for path in sys.path if path and os.path.isdir(path))
+    paths = sorted(os.path.realpath(path) for path in paths)
+    # keep only the outermost of nested paths
+    return [
+        path for path in paths if not any(path != other and path.startswith(other + "/") for other in paths)
+    ]
+
+
+def _private_ancestor(path):
+    """The outermost ancestor of ``path`` that other users cannot enter (e.g. a 0700 /root), or None."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        try:
+            if not os.stat(current).st_mode & 0o001:
+                return current
+        except OSError:
+            return None
+    return None
+
+
+def _reexpose_interpreter(workdir):
+    """Tests run as an unprivileged uid, which cannot enter a private home the interpreter lives in (as
+    with pyenv under /root). Hide each such home under an empty tmpfs, then bind the interpreter's own
+    directories back at their paths: the program can import the standard library and site-packages but
+    sees nothing else of the home (tokens, caches, keys)."""
+    by_home = {}
+    for path in _interpreter_paths():
+        home = _private_ancestor(path)
+        if home is not None and home != path and not (workdir + "/").startswith(home + "/"):
+            by_home.setdefault(home, []).append(path)
+    for number, (home, paths) in enumerate(sorted(by_home.items())):
+        stages = []
+        for index, path in enumerate(paths):
+            stage = os.path.join(workdir, f".interpreter-{number}-{index}")
+            os.mkdir(stage)
+            _mount(path, stage, None, MS_BIND | MS_REC)
+            stages.append(stage)
+        _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+        for path, stage in zip(paths, stages):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(stage, path, None, MS_BIND | MS_REC)
+            _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+            os.rmdir(stage)
+    return sorted(by_home)
+
+
+def _confine_filesystem(workdir, owner, size_mb):
+    """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
+    ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
+    of the interpreter hidden (see :func:`_reexpose_interpreter`); a fresh /proc."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(workdir, workdir, None, MS_BIND | MS_REC)
+    options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    _reexpose_interpreter(workdir)
     failures = []
     with open("/proc/self/mountinfo") as mountinfo:
         mounts = [line.split() for line in mountinfo]
@@ -609,7 +664,9 @@ def isolate_and_serve(job, control):
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _prctl(PR_SET_DUMPABLE, 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                failures = _confine_filesystem(job["workdir"])
+                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
+                owner = job["run_as_uid"] or 0
+                failures = _confine_filesystem(job["workdir"], owner, job["limits"]["workdir_size_mb"])
                 socket.sethostname("sandbox")
                 isolation = {
                     "isolated": True,
@@ -617,7 +674,6 @@ def isolate_and_serve(job, control):
                     "readonly_failures": failures,
                     "network_reachable": _network_reachable(),
                 }
-                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
                 serve(job, control, True, isolation)
                 _exit(0)
             _, status = os.waitpid(init, 0)
@@ -671,6 +727,39 @@ def _network_reachable():
         probe.close()
 
 
+# Imported once per program, before any test forks: the tests start faster, and these stay importable where
+# the interpreter's files are private to another user and cannot be re-exposed (limits-only mode as root).
+PRELOADED_MODULES = [
+    "array",
+    "bisect",
+    "collections",
+    "copy",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "itertools",
+    "math",
+    "operator",
+    "queue",
+    "random",
+    "re",
+    "statistics",
+    "string",
+    "struct",
+    "typing",
+]
+
+
+def _preload():
+    for name in PRELOADED_MODULES:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+
+
 def main():
     control = Control(os.dup(0), os.dup(1))
     null = os.open(os.devnull, os.O_RDWR)
@@ -678,6 +767,7 @@ def main():
     os.dup2(null, 1)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _preload()
     job = control.receive()
     if job is None:
         return

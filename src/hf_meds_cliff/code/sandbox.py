@@ -46,6 +46,8 @@ class SandboxLimits:
         max_output_bytes: stdout (or a functional result) beyond this fails the test.
         max_processes: processes per sandbox (``RLIMIT_NPROC``; exact when the caller is root, who runs
             every sandbox under its own fresh uid; otherwise added to the user's existing processes).
+        workdir_size_mb: size of the program's folder, a tmpfs of its own under isolation (without
+            isolation it is a folder on the host's temporary disk, bounded only by ``file_size_mb`` per file).
         isolation: ``"auto"`` (namespaces where the OS allows, else limits only with one warning and
             ``TestRunResult.isolated`` false), ``"required"`` (no namespaces: every test is a
             ``sandbox_error``), ``"none"`` (limits only).
@@ -62,6 +64,7 @@ class SandboxLimits:
     max_open_files: int = 64
     max_output_bytes: int = 8 * 1024 * 1024
     max_processes: int = 32
+    workdir_size_mb: int = 64
     isolation: Literal["auto", "required", "none"] = "auto"
     startup_timeout_s: float = 20.0
 
@@ -76,7 +79,14 @@ class SandboxLimits:
             raise ValueError(
                 f"SandboxLimits cpu_time_s={self.cpu_time_s!r} must be positive seconds, or None."
             )
-        for name in ("memory_mb", "file_size_mb", "max_open_files", "max_output_bytes", "max_processes"):
+        for name in (
+            "memory_mb",
+            "file_size_mb",
+            "max_open_files",
+            "max_output_bytes",
+            "max_processes",
+            "workdir_size_mb",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SandboxLimits {name}={value!r} must be a positive integer.")
@@ -102,6 +112,7 @@ class SandboxLimits:
             "max_open_files": self.max_open_files,
             "max_output_bytes": self.max_output_bytes,
             "max_processes": self.max_processes,
+            "workdir_size_mb": self.workdir_size_mb,
         }
 
 
@@ -164,16 +175,21 @@ class HarnessProcess:
         os.chmod(self.workdir, 0o700)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process; closed in close()
         self._buffer = b""
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-B", HARNESS_PATH],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            cwd=self.workdir,
-            env=sandbox_environment(self.workdir),
-            start_new_session=True,
-            close_fds=True,
-        )
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-B", HARNESS_PATH],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                cwd=self.workdir,
+                env=sandbox_environment(self.workdir),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            self._stderr.close()
+            _remove_tree(self.workdir)
+            raise
 
     def __enter__(self) -> HarnessProcess:  # noqa: PYI034
         return self
