@@ -155,7 +155,9 @@ def test_livecodebench_programs_run_after_the_graders_imports(tmp_path):
     no_import = "class Solution:\n    def maxPlus(self, nums: List[int], k: int) -> int:\n        return max(nums) + k\n"
     assert run_tests(program_for(functional, fenced(no_import)), functional.tests).passed
     # ... and the builtins come back last: three-argument pow is the builtin, not math.pow
-    pow_program = "a, b = map(int, input().split())\nprint(pow(a, b, 10**9) - pow(a, b, 10**9) + a + b)\n"
+    pow_program = (
+        "a, b = map(int, input().split())\nprint(a + b + pow(2, 10, 1000) - 24)\n"  # 2**10 % 1000 == 24
+    )
     assert run_tests(program_for(stdin, fenced(pow_program)), stdin.tests).passed
 
 
