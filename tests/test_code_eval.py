@@ -21,6 +21,7 @@ from code_rows import (
     livecodebench_rows,
     write_jsonl,
 )
+from helpers import load_script, needs_qwen_tokenizer
 
 from hf_meds_cliff.evaluation import EvalArguments, Sample, load_benchmark, pass_at_k, run_evaluation
 from hf_meds_cliff.evaluation.code_benchmarks import (
@@ -31,6 +32,7 @@ from hf_meds_cliff.evaluation.code_benchmarks import (
     safe_unpickle,
 )
 from hf_meds_cliff.evaluation.runner import SAMPLES_FILE, read_completed
+from hf_meds_cliff.evaluation.summary import CODE_STATUS_FRACTIONS
 
 # ----------------------------------------------------------------------------------------------
 # LiveCodeBench's private tests: plain data only
@@ -320,3 +322,37 @@ def test_eval_cli_parses_code_options(tmp_path):
             ["--model_name_or_path", "toy", "--output_dir", "o", "--lcb_start_date", "2025-02-01",
              "--lcb_end_date", "2025-01-01"]
         )  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_qwen_tokenizer
+def test_eval_passk_script_on_a_livecodebench_file_with_a_real_model(tmp_path):
+    """The script end to end on a real checkpoint folder (the Qwen-tokenizer world, transformers backend): a tiny
+    math model writes no programs, so this checks the code path (prompts, sandbox scoring, summary), not accuracy."""
+    from transformers import HfArgumentParser
+
+    from hf_meds_cliff.code import TEST_STATUSES
+    from hf_meds_cliff.toy.qwen_world import warmup_qwen_world
+
+    script = load_script("eval_passk")
+    benchmark = write_jsonl(tmp_path / "lcb-local.jsonl", livecodebench_rows())
+    argv = [
+        "--model_name_or_path", str(warmup_qwen_world()),
+        "--benchmarks", str(benchmark),
+        "--num_samples", "2",
+        "--max_new_tokens", "24",
+        "--backend", "transformers",
+        "--code_timeout", "2",
+        "--output_dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    (args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses(args=argv)
+    summary = script.main(args)
+    samples = [json.loads(line) for line in (tmp_path / "out" / SAMPLES_FILE).read_text().splitlines()]
+    assert len(samples) == 2 * 2
+    assert {s["status"] for s in samples} <= {*TEST_STATUSES, "no_code"}
+    block = summary["benchmarks"]["lcb-local"]
+    assert block["num_problems"] == 2 and set(block["pass@k"]) == {"1", "2"}
+    assert sum(block[f"{status}_fraction"] for status in CODE_STATUS_FRACTIONS) + block[
+        "mean@n"
+    ] == pytest.approx(1)
+    assert (tmp_path / "out" / "passk.png").stat().st_size > 0
