@@ -113,6 +113,33 @@ def test_livecodebench_file_loads_public_and_private_tests_within_a_date_window(
         load_benchmark(str(path), lcb_start_date="2026-01-01")
 
 
+def test_livecodebench_from_the_hub_cache_by_release_file(tmp_path, monkeypatch):
+    """The registered benchmark reads ``code_generation_lite``'s release files through ``hf_hub_download``; offline it
+    finds them in the Hub cache, laid out here as the Hub client writes it."""
+    from huggingface_hub import constants
+
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "datasets--livecodebench--code_generation_lite"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    first, second = livecodebench_rows()
+    write_jsonl(snapshot / "test.jsonl", [first])  # release v1
+    write_jsonl(snapshot / "test2.jsonl", [second])  # new in release v2
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert [p.problem_id for p in load_benchmark("livecodebench", lcb_version="release_v2")] == [
+        "abc001_a",
+        "3001",
+    ]
+    assert [p.problem_id for p in load_benchmark("lcb", lcb_version="v2")] == ["3001"]
+    assert [
+        p.problem_id
+        for p in load_benchmark("livecodebench", lcb_version="release_v2", lcb_end_date="2024-12-31")
+    ] == ["abc001_a"]
+
+
 def test_livecodebench_file_with_a_malicious_pickle_stops_loading_naming_the_row(tmp_path):
     rows = livecodebench_rows()
     marker = tmp_path / "pwned"

@@ -433,6 +433,16 @@ def _humaneval_package_rows() -> list[dict[str, Any]] | None:
         return [json.loads(line) for line in handle if line.strip()]
 
 
+def _jsonl_rows(paths: Iterable[str]):
+    """The rows of JSON-lines files, read line by line: LiveCodeBench's lines hold megabytes of encoded tests (which
+    Arrow's JSON reader needs growing block sizes for), and its ``contest_date`` stays the text it is."""
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield json.loads(line)
+
+
 def _hub_rows(spec: CodeBenchmarkSpec, lcb_version: str):
     import datasets
 
@@ -447,7 +457,7 @@ def _hub_rows(spec: CodeBenchmarkSpec, lcb_version: str):
             hf_hub_download(spec.dataset_id, name, repo_type="dataset")
             for name in livecodebench_files(lcb_version)
         ]
-        return datasets.load_dataset("json", data_files={"test": files}, split="test")
+        return _jsonl_rows(files)
     return datasets.load_dataset(spec.dataset_id, spec.config_name, split=spec.split)
 
 
