@@ -310,19 +310,8 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
             os.killpg(test_pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    me = str(os.getpid())
     for _ in range(100):
-        children = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1].decode() == me:
-                children.append(int(name))
+        children = _children()
         for pid in children:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -330,6 +319,27 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
                 pass
         if not _reap(reaped) and not children:
             return
+
+
+def _children():
+    """This (single-threaded) process's children: the kernel's list, or a scan of /proc without it."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as listing:
+            return [int(pid) for pid in listing.read().split()]
+    except OSError:
+        pass
+    me, children = str(os.getpid()), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me:
+            children.append(int(name))
+    return children
 
 
 def _reap(reaped):
