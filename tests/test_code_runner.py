@@ -224,3 +224,22 @@ def test_code_tests_reward_rejects_bad_settings_and_malformed_rows():
         CodeTestsReward()(["x"])
     with pytest.raises(ValueError, match="row 1, field"):
         CodeTestsReward(limits=LIMITS)(["a", "b"], tests=[json.dumps(STDIN_TESTS), '[{"input": "1"}]'])
+
+
+@pytest.mark.parametrize("isolation", ["auto", "none"])
+def test_both_start_methods_give_the_same_verdicts(isolation):
+    jobs = [
+        (ADD_STDIN, STDIN_TESTS),
+        ("print(3)\n", STDIN_TESTS),
+        ("def square(x):\n    return x * x\n", HUMAN_EVAL),
+    ]
+    verdicts = {}
+    for start_method in ("fork_server", "exec"):
+        limits = SandboxLimits(**{**LIMITS.__dict__, "isolation": isolation, "start_method": start_method})
+        runs = run_tests_batch(jobs, limits=limits, stop_at_first_failure=False)
+        verdicts[start_method] = [[case.status for case in run.results] for run in runs]
+    assert (
+        verdicts["fork_server"]
+        == verdicts["exec"]
+        == [["passed"] * 2, ["passed", "wrong_answer"], ["passed"]]
+    )

@@ -30,7 +30,6 @@ limits, as a child subreaper that kills its orphaned descendants after each test
 import builtins
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import io
@@ -60,7 +59,7 @@ PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 NAMESPACE_UID = 1000  # the unprivileged uid tests run as inside the namespace (host root only)
 STDERR_KEEP_BYTES = 4096
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library this interpreter is linked with
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
@@ -311,19 +310,8 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
             os.killpg(test_pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    me = str(os.getpid())
     for _ in range(100):
-        children = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1].decode() == me:
-                children.append(int(name))
+        children = _children()
         for pid in children:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -331,6 +319,27 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
                 pass
         if not _reap(reaped) and not children:
             return
+
+
+def _children():
+    """This (single-threaded) process's children: the kernel's list, or a scan of /proc without it."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as listing:
+            return [int(pid) for pid in listing.read().split()]
+    except OSError:
+        pass
+    me, children = str(os.getpid()), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me:
+            children.append(int(name))
+    return children
 
 
 def _reap(reaped):
@@ -734,7 +743,6 @@ PRELOADED_MODULES = [
     "bisect",
     "collections",
     "copy",
-    "dataclasses",
     "datetime",
     "decimal",
     "enum",
@@ -747,7 +755,6 @@ PRELOADED_MODULES = [
     "queue",
     "random",
     "re",
-    "statistics",
     "string",
     "struct",
     "typing",
@@ -761,16 +768,20 @@ def _preload():
 
 
 def main():
+    """B0: serve one program's job, read from fd 0, answering on fd 1."""
     control = Control(os.dup(0), os.dup(1))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _preload()
     job = control.receive()
     if job is None:
         return
+    sys.path.extend(path for path in job.get("site_packages", []) if path not in sys.path)
+    os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]
     reason = "isolation disabled by the caller"
     if job.get("isolate"):
         reason = isolate_and_serve(job, control)  # returns only if the namespaces were refused
@@ -787,5 +798,53 @@ def main():
     )
 
 
+def fork_server(request_fd):
+    """A pristine template process: it never runs a program, it only forks B0 processes on request.
+
+    The caller sends ``b"fork"`` with three descriptors (the job pipe, the answer pipe, stderr) over the
+    Unix socket ``request_fd``; the template forks a child that becomes the session leader B0 on those
+    descriptors and answers its pid. Each child starts from this process's untouched interpreter state
+    (as with multiprocessing's forkserver), so it shares nothing with any other program, without paying
+    for a new interpreter. The template exits when its stdin (held by the caller) reaches end of file.
+    """
+    _preload()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the B0 processes
+    requests = socket.socket(fileno=request_fd)
+    while True:
+        ready, _, _ = select.select([0, requests], [], [])
+        if 0 in ready and not _read(0, 1):
+            _exit(0)  # the caller is gone
+        if requests not in ready:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(requests, 16, 3)
+        except OSError:
+            _exit(0)
+        if not message:
+            _exit(0)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            requests.send(b"-1")
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                requests.detach()  # its descriptor is closed below; the object must not close a reused number
+                os.setsid()
+                for source, target in zip(fds, (0, 1, 2)):
+                    os.dup2(source, target)
+                os.closerange(3, 65536)
+                main()
+            finally:
+                _exit(0)
+        for fd in fds:
+            os.close(fd)
+        requests.send(str(pid).encode())
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--fork-server":
+        fork_server(int(sys.argv[2]))
+    else:
+        main()
