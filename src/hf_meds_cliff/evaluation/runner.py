@@ -191,12 +191,12 @@ class EvalArguments:
         },
     )
     code_timeout: float = field(
-        default=6.0,
-        metadata={"help": "Code benchmarks: wall-clock limit per test in seconds (sandbox timeout_s)."},
+        default=_SANDBOX_DEFAULTS.timeout_s,
+        metadata={"help": "Code benchmarks: wall-clock limit per test in seconds (the sandbox's timeout_s)."},
     )
     code_memory_mb: int = field(
-        default=2048,
-        metadata={"help": "Code benchmarks: memory limit of a program in MiB (sandbox memory_mb)."},
+        default=_SANDBOX_DEFAULTS.memory_mb,
+        metadata={"help": "Code benchmarks: memory limit of a program in MiB (the sandbox's memory_mb)."},
     )
     code_max_tests: int | None = field(
         default=None,
