@@ -71,7 +71,9 @@ def no_harness_left_behind():
     yield
     # the fork server (a template that never runs programs) lives as long as this process, by design
     server = set(processes_with("--fork-server"))
-    left = [pid for pid in descendants(os.getpid()) if pid in processes_with(HARNESS_PATH) and pid not in server]
+    left = [
+        pid for pid in descendants(os.getpid()) if pid in processes_with(HARNESS_PATH) and pid not in server
+    ]
     assert not left, f"harness processes outlived their run: {left}"
 
 
