@@ -1,6 +1,7 @@
 """Hostile programs against the sandbox. Each is bounded (small memory caps, short timeouts, self-limiting
 bombs, a pytest timeout) so that a weak sandbox fails the test without harming the machine."""
 
+import ast
 import os
 import signal
 import socket
@@ -71,7 +72,9 @@ def no_harness_left_behind():
     yield
     # the fork server (a template that never runs programs) lives as long as this process, by design
     server = set(processes_with("--fork-server"))
-    left = [pid for pid in descendants(os.getpid()) if pid in processes_with(HARNESS_PATH) and pid not in server]
+    left = [
+        pid for pid in descendants(os.getpid()) if pid in processes_with(HARNESS_PATH) and pid not in server
+    ]
     assert not left, f"harness processes outlived their run: {left}"
 
 
@@ -393,3 +396,33 @@ def test_programs_share_nothing(isolation):
     same_program = "import builtins\nprint(int(hasattr(builtins, 'MARK')))\nbuiltins.MARK = 1\n"
     two_tests = run_tests(same_program, [{"input": "", "output": "0"}] * 2, limits=limits(isolation))
     assert two_tests.passed
+
+
+@needs_isolation
+@pytest.mark.parametrize("fresh_uid", [True, False])
+def test_no_capabilities_no_home(fresh_uid, monkeypatch):
+    """Tests run without capabilities, as a fresh uid (a root caller) or as the caller's own uid mapped
+    to namespace root (any other caller, simulated here); the caller's home is hidden either way."""
+    from hf_meds_cliff.code import sandbox
+
+    if not fresh_uid:
+        monkeypatch.setattr(sandbox, "_fresh_sandbox_uid", lambda: None)
+    home = Path.home()
+    program = textwrap.dedent(
+        f"""
+        import os, socket
+        capabilities = [line.split()[1] for line in open("/proc/self/status") if line.startswith(("CapEff", "CapPrm"))]
+        try:
+            socket.sethostname("owned")
+            owned = "hostname changed"
+        except OSError:
+            owned = "no"
+        print(capabilities, owned, sorted(os.listdir({str(home)!r})) if os.path.isdir({str(home)!r}) else [])
+        """
+    )
+    result = run_tests(program, [{"input": "", "output": "x"}], limits=limits("auto"))
+    actual = only_output(result).actual
+    assert actual, result.results[0]
+    assert actual.startswith("['0000000000000000', '0000000000000000'] no"), actual
+    listed = ast.literal_eval(actual.split(" no ", 1)[1])  # the list the program printed
+    assert set(listed) <= {".pyenv"}, listed  # at most the interpreter's own directory, bound back

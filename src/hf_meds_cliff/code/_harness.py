@@ -590,40 +590,44 @@ def _private_ancestor(path):
     return None
 
 
-def _reexpose_interpreter(workdir):
-    """Tests run as an unprivileged uid, which cannot enter a private home the interpreter lives in (as
-    with pyenv under /root). Hide each such home under an empty tmpfs, then bind the interpreter's own
-    directories back at their paths: the program can import the standard library and site-packages but
-    sees nothing else of the home (tokens, caches, keys)."""
-    by_home = {}
-    for path in _interpreter_paths():
-        home = _private_ancestor(path)
-        if home is not None and home != path and not (workdir + "/").startswith(home + "/"):
-            by_home.setdefault(home, []).append(path)
-    for number, (home, paths) in enumerate(sorted(by_home.items())):
+def _hide_homes(workdir, extra_homes):
+    """Hide home directories under empty tmpfs mounts, with the interpreter's own directories bound back
+    at their paths: the program can import the standard library and site-packages but sees nothing else
+    of the home (tokens, caches, keys). Hidden: every private (0700-like) ancestor of an interpreter
+    directory, which an unprivileged uid could not enter anyway (pyenv under /root), and the caller's
+    home (``extra_homes``), whose files a program running as the caller's own uid could read.
+    A home holding the program's folder stays visible."""
+    interpreter = _interpreter_paths()
+    homes = {home for home in (_private_ancestor(path) for path in interpreter) if home is not None}
+    homes.update(os.path.realpath(home) for home in extra_homes if home and os.path.isdir(home))
+    homes = {home for home in homes if home != "/" and not (workdir + "/").startswith(home + "/")}
+    homes = sorted(home for home in homes if not any(home.startswith(other + "/") for other in homes))
+    for number, home in enumerate(homes):
+        inside = [path for path in interpreter if path.startswith(home + "/")]
         stages = []
-        for index, path in enumerate(paths):
+        for index, path in enumerate(inside):
             stage = os.path.join(workdir, f".interpreter-{number}-{index}")
             os.mkdir(stage)
             _mount(path, stage, None, MS_BIND | MS_REC)
             stages.append(stage)
         _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
-        for path, stage in zip(paths, stages):
+        for path, stage in zip(inside, stages):
             os.makedirs(path, mode=0o755, exist_ok=True)
             _mount(stage, path, None, MS_BIND | MS_REC)
             _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
             os.rmdir(stage)
-    return sorted(by_home)
+    return homes
 
 
-def _confine_filesystem(workdir, owner, size_mb):
+def _confine_filesystem(workdir, owner, size_mb, homes):
     """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
     ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
-    of the interpreter hidden (see :func:`_reexpose_interpreter`); a fresh /proc."""
+    hidden (see :func:`_hide_homes`); a fresh /proc. Returns the hidden homes and the mounts that could
+    not be made read-only."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
-    _reexpose_interpreter(workdir)
+    hidden = _hide_homes(workdir, homes)
     failures = []
     with open("/proc/self/mountinfo") as mountinfo:
         mounts = [line.split() for line in mountinfo]
@@ -639,7 +643,7 @@ def _confine_filesystem(workdir, owner, size_mb):
         except OSError as error:
             failures.append(f"{target}: {error.strerror}")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return failures
+    return hidden, failures
 
 
 def _write_map(path, text):
@@ -675,11 +679,14 @@ def isolate_and_serve(job, control):
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
                 owner = job["run_as_uid"] or 0
-                failures = _confine_filesystem(job["workdir"], owner, job["limits"]["workdir_size_mb"])
+                hidden, failures = _confine_filesystem(
+                    job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
+                )
                 socket.sethostname("sandbox")
                 isolation = {
                     "isolated": True,
                     "reason": None,
+                    "hidden_homes": hidden,
                     "readonly_failures": failures,
                     "network_reachable": _network_reachable(),
                 }

@@ -260,7 +260,7 @@ class HarnessProcess:
         self.workdir = tempfile.mkdtemp(prefix="hf-meds-cliff-code-")
         # As root, every sandbox runs its tests under a fresh unprivileged uid: file permissions apply,
         # and RLIMIT_NPROC (which never binds root) bounds its processes alone.
-        self.sandbox_uid = 1_000_000 + secrets.randbelow(1_000_000_000) if os.geteuid() == 0 else None
+        self.sandbox_uid = _fresh_sandbox_uid()
         if self.sandbox_uid is not None:
             os.chown(self.workdir, self.sandbox_uid, self.sandbox_uid)
         os.chmod(self.workdir, 0o700)
@@ -310,6 +310,7 @@ class HarnessProcess:
             "sandbox_uid": self.sandbox_uid,
             "isolate": self.limits.isolation != "none",
             "site_packages": _site_packages(),
+            "hidden_homes": [str(Path.home())],
             "limits": self.limits.harness_limits(),
         }
         self._send(job)
@@ -375,6 +376,12 @@ class HarnessProcess:
             os.close(self._from_harness)
             self._stderr.close()
             _remove_tree(self.workdir)
+
+
+def _fresh_sandbox_uid() -> int | None:
+    """A random unprivileged host uid for one sandbox when the caller is root (who may map and switch to
+    it), else ``None`` (tests then run as the caller's uid, without capabilities)."""
+    return 1_000_000 + secrets.randbelow(1_000_000_000) if os.geteuid() == 0 else None
 
 
 def _site_packages() -> list[str]:
