@@ -57,6 +57,18 @@ def test_deepcoder_rows_load_into_prompt_tests_fn_name_and_grade(tmp_path, confi
     assert scores == [1.0, 1.0, 0.0, 0.0]
 
 
+def test_tests_stored_as_objects_become_json_text(tmp_path):
+    rows = deepcoder_rows("lcbv5")
+    for row in rows:
+        row["tests"] = json.loads(row["tests"])  # a local file written with objects instead of JSON text
+    dataset = load_train_dataset(_script_args(write_jsonl(tmp_path / "objects.jsonl", rows)))
+    assert [json.loads(t) for t in dataset["tests"]] == [row["tests"] for row in rows]
+    scores = CodeTestsReward()(
+        [fenced(SUM_PROGRAM), fenced(MAX_PROGRAM)], tests=dataset["tests"], fn_name=dataset["fn_name"]
+    )
+    assert scores == [1.0, 1.0]
+
+
 def test_lcbv5_warns_that_it_overlaps_livecodebench_v6(tmp_path, caplog):
     path = write_jsonl(tmp_path / "lcbv5.jsonl", deepcoder_rows("lcbv5"))
     with caplog.at_level(logging.WARNING, logger="hf_meds_cliff.data"):
