@@ -124,7 +124,7 @@ class EvalArguments:
     prompt_template: str = field(
         default="qwen_math",
         metadata={
-            "help": "How real benchmark problems become chat prompts (the toy prompts are used as they are).",
+            "help": "How math benchmark problems become chat prompts (the toy prompts are used as they are; code benchmarks use --code_prompt_template).",
             "choices": [t for t in PROMPT_TEMPLATES if t != "keep"],
         },
     )
