@@ -124,7 +124,8 @@ class EvalArguments:
     prompt_template: str = field(
         default="qwen_math",
         metadata={
-            "help": "How math benchmark problems become chat prompts (the toy prompts are used as they are; code benchmarks use --code_prompt_template).",
+            "help": "How math benchmark problems become chat prompts (the toy prompts are used as they are; code "
+            "benchmarks use --code_prompt_template).",
             "choices": [t for t in PROMPT_TEMPLATES if t != "keep"],
         },
     )
