@@ -243,3 +243,20 @@ def test_both_start_methods_give_the_same_verdicts(isolation):
         == verdicts["exec"]
         == [["passed"] * 2, ["passed", "wrong_answer"], ["passed"]]
     )
+
+
+def test_async_reward_matches_the_sync_one_and_rewards_pickle():
+    import pickle
+
+    from hf_meds_cliff.code import AsyncCodeTestsReward
+
+    tests = json.dumps(STDIN_TESTS)
+    completions = [f"```python\n{ADD_STDIN}```", "```python\nprint(3)\n```", "none"]
+    sync = CodeTestsReward(limits=LIMITS)
+    asynchronous = AsyncCodeTestsReward(limits=LIMITS)
+    expected = [1.0, 0.0, 0.0]
+    assert sync(completions, tests=[tests] * 3) == expected
+    assert asyncio.run(asynchronous(completions, tests=[tests] * 3)) == expected
+    assert asynchronous.counts == sync.counts
+    restored = pickle.loads(pickle.dumps(sync))
+    assert restored(completions, tests=[tests] * 3) == expected and restored.__name__ == "code_tests"
