@@ -129,6 +129,15 @@ def test_human_eval_and_mbpp_asserts():
             "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, (37).to_bytes(4, 'big') + b'N' + b'0' * 32)\n"
             "    except OSError:\n        pass\nos._exit(0)\n"
         ),
+        # look for the nonce in the harness's frames (the test process is a copy of its parent) and send
+        # every 32-byte candidate back on every descriptor
+        (
+            "import os, sys\nfound, frame = set(), sys._getframe()\nwhile frame is not None:\n"
+            "    found.update(v for v in frame.f_locals.values() if isinstance(v, bytes) and len(v) == 32)\n"
+            "    frame = frame.f_back\nfor fd in range(3, 1024):\n    for value in found:\n        try:\n"
+            "            os.write(fd, (33).to_bytes(4, 'big') + b'N' + value)\n        except OSError:\n"
+            "            pass\nos._exit(0)\n"
+        ),
     ],
 )
 def test_assert_tests_pass_only_when_every_statement_ran(trick):

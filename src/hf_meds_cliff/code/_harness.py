@@ -373,7 +373,6 @@ def run_one_test(job, control, message, in_pid_namespace):
     nonce_r, nonce_w = os.pipe()
     case_input = message["input"]
     stdin_bytes = case_input.encode() if kind == "stdin" else b""
-    nonce = os.urandom(16).hex().encode()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -408,7 +407,9 @@ def run_one_test(job, control, message, in_pid_namespace):
         _exit(125)
     for fd in (stdin_r, stdout_w, stderr_w, result_w, nonce_r):
         os.close(fd)
-    _write_all(nonce_w, nonce)  # after the fork: the program never ran in a process that knew it before
+    # Drawn after the fork, so that the test process's memory (its copy of this one) never held it.
+    nonce = os.urandom(16).hex().encode()
+    _write_all(nonce_w, nonce)
     os.close(nonce_w)
     pidfd = os.pidfd_open(pid)
     buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
@@ -450,8 +451,9 @@ def run_one_test(job, control, message, in_pid_namespace):
                 continue
             buffer = buffers[fd]
             if fd == stderr_r:
-                if len(buffer) < STDERR_KEEP_BYTES * 4:
-                    buffer += chunk
+                buffer += chunk
+                if len(buffer) > STDERR_KEEP_BYTES * 4:
+                    del buffer[: -STDERR_KEEP_BYTES * 2]  # keep the end: the traceback comes last
             else:
                 buffer += chunk
                 if len(buffer) > max_output:
