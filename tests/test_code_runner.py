@@ -145,6 +145,16 @@ def test_assert_tests_pass_only_when_every_statement_ran(trick):
     assert not result.passed and result.results[0].status == "runtime_error", result.results[0]
 
 
+def test_assert_tests_accept_standard_library_values_unless_patched():
+    counts = {"test_list": ["assert count('abca') == {'a': 2, 'b': 1, 'c': 1}"]}
+    counter = "from collections import Counter\ndef count(text):\n    return Counter(text)\n"
+    assert run_tests(counter, counts, limits=LIMITS).passed
+    patched = "import collections\ncollections.Counter.__eq__ = lambda self, other: True\n" + counter.replace(
+        "text)\n", "'zzz')\n"
+    )
+    assert not run_tests(patched, counts, limits=LIMITS).passed
+
+
 def test_compile_error_time_limit_memory_limit_and_output_limit():
     stdin = [{"input": "", "output": "1"}]
     assert statuses(run_tests("def f(:\n", stdin, limits=LIMITS)) == ["compile_error"]

@@ -28,10 +28,12 @@ limits, as a child subreaper that kills its orphaned descendants after each test
 """
 
 import builtins
+import collections
 import contextlib
 import ctypes
 import errno
 import fcntl
+import fractions
 import io
 import json
 import linecache
@@ -168,13 +170,35 @@ def _flush_streams():
             stream.flush()
 
 
+def _class_snapshot(kind):
+    return dict(vars(kind))
+
+
+# Standard-library classes defined in Python that correct solutions return (MBPP counts with Counter):
+# accepted while their class dictionaries are the ones captured before the program ran.
+_TRUSTED_PYTHON_CLASSES = {kind: _class_snapshot(kind) for kind in (collections.Counter, fractions.Fraction)}
+
+
+def _trusted(kind):
+    snapshot = _TRUSTED_PYTHON_CLASSES.get(kind)
+    if snapshot is None:
+        return False
+    current = vars(kind)
+    return len(current) == len(snapshot) and all(
+        current.get(name) is value for name, value in snapshot.items()
+    )
+
+
 def _is_plain(value, depth=0):
-    """Built only from types defined in C (whose equality a program cannot redefine)."""
+    """Built only from types defined in C (whose equality a program cannot redefine), or from trusted,
+    unmodified standard-library classes."""
     if depth > 100:
         return False
     kind = type(value)
-    if kind.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, patchable
+    if kind.__flags__ & (1 << 9) and not _trusted(kind):  # Py_TPFLAGS_HEAPTYPE: defined in Python, patchable
         return False
+    if isinstance(value, collections.Counter):
+        return all(_is_plain(key, depth + 1) and _is_plain(item, depth + 1) for key, item in value.items())
     if kind in (list, tuple, set, frozenset):
         return all(_is_plain(item, depth + 1) for item in value)
     if kind is dict:
