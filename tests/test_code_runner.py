@@ -166,6 +166,15 @@ def test_compile_error_time_limit_memory_limit_and_output_limit():
     assert statuses(flood) == ["runtime_error"] and "output exceeded" in flood.first_failure.error
 
 
+def test_each_test_process_draws_its_own_random_seed():
+    program = "import random\nprint(random.getrandbits(64))\n"
+    runs = run_tests_batch(
+        [(program, [{"input": "", "output": ""}] * 2)] * 2, limits=LIMITS, stop_at_first_failure=False
+    )
+    draws = [case.actual for run in runs for case in run.results]
+    assert len(draws) == 4 and len(set(draws)) == 4, draws
+
+
 def test_no_program_fails_without_running():
     result = run_tests(None, STDIN_TESTS, limits=LIMITS)
     assert not result.passed and not result.program_found and result.results == [] and result.num_tests == 2

@@ -256,6 +256,10 @@ def _print_program_traceback(error):
 def run_test_process(job, case_input, result_fd, nonce_fd):
     """Runs in the forked test process, after limits and privileges are set. Never returns."""
     _restore_standard_streams()
+    if (
+        "random" in sys.modules
+    ):  # preloaded in the fork server: give each test its own seed, as a new process has
+        sys.modules["random"].seed()
     status = 0
     try:
         try:
