@@ -129,11 +129,30 @@ def test_human_eval_and_mbpp_asserts():
             "import os\nfor fd in range(3, 1024):\n    try:\n        os.write(fd, (37).to_bytes(4, 'big') + b'N' + b'0' * 32)\n"
             "    except OSError:\n        pass\nos._exit(0)\n"
         ),
+        # look for the nonce in the harness's frames (the test process is a copy of its parent) and send
+        # every 32-byte candidate back on every descriptor
+        (
+            "import os, sys\nfound, frame = set(), sys._getframe()\nwhile frame is not None:\n"
+            "    found.update(v for v in frame.f_locals.values() if isinstance(v, bytes) and len(v) == 32)\n"
+            "    frame = frame.f_back\nfor fd in range(3, 1024):\n    for value in found:\n        try:\n"
+            "            os.write(fd, (33).to_bytes(4, 'big') + b'N' + value)\n        except OSError:\n"
+            "            pass\nos._exit(0)\n"
+        ),
     ],
 )
 def test_assert_tests_pass_only_when_every_statement_ran(trick):
     result = run_tests(trick, HUMAN_EVAL, limits=LIMITS)
     assert not result.passed and result.results[0].status == "runtime_error", result.results[0]
+
+
+def test_assert_tests_accept_standard_library_values_unless_patched():
+    counts = {"test_list": ["assert count('abca') == {'a': 2, 'b': 1, 'c': 1}"]}
+    counter = "from collections import Counter\ndef count(text):\n    return Counter(text)\n"
+    assert run_tests(counter, counts, limits=LIMITS).passed
+    patched = "import collections\ncollections.Counter.__eq__ = lambda self, other: True\n" + counter.replace(
+        "text)\n", "'zzz')\n"
+    )
+    assert not run_tests(patched, counts, limits=LIMITS).passed
 
 
 def test_compile_error_time_limit_memory_limit_and_output_limit():
@@ -145,6 +164,15 @@ def test_compile_error_time_limit_memory_limit_and_output_limit():
     assert statuses(run_tests("x = bytearray(1 << 30)\n", stdin, limits=fast)) == ["memory_limit"]
     flood = run_tests("while True:\n    print('x' * 1000)\n", stdin, limits=fast)
     assert statuses(flood) == ["runtime_error"] and "output exceeded" in flood.first_failure.error
+
+
+def test_each_test_process_draws_its_own_random_seed():
+    program = "import random\nprint(random.getrandbits(64))\n"
+    runs = run_tests_batch(
+        [(program, [{"input": "", "output": ""}] * 2)] * 2, limits=LIMITS, stop_at_first_failure=False
+    )
+    draws = [case.actual for run in runs for case in run.results]
+    assert len(draws) == 4 and len(set(draws)) == 4, draws
 
 
 def test_no_program_fails_without_running():
@@ -243,3 +271,20 @@ def test_both_start_methods_give_the_same_verdicts(isolation):
         == verdicts["exec"]
         == [["passed"] * 2, ["passed", "wrong_answer"], ["passed"]]
     )
+
+
+def test_async_reward_matches_the_sync_one_and_rewards_pickle():
+    import pickle
+
+    from hf_meds_cliff.code import AsyncCodeTestsReward
+
+    tests = json.dumps(STDIN_TESTS)
+    completions = [f"```python\n{ADD_STDIN}```", "```python\nprint(3)\n```", "none"]
+    sync = CodeTestsReward(limits=LIMITS)
+    asynchronous = AsyncCodeTestsReward(limits=LIMITS)
+    expected = [1.0, 0.0, 0.0]
+    assert sync(completions, tests=[tests] * 3) == expected
+    assert asyncio.run(asynchronous(completions, tests=[tests] * 3)) == expected
+    assert asynchronous.counts == sync.counts
+    restored = pickle.loads(pickle.dumps(sync))
+    assert restored(completions, tests=[tests] * 3) == expected and restored.__name__ == "code_tests"

@@ -28,10 +28,12 @@ limits, as a child subreaper that kills its orphaned descendants after each test
 """
 
 import builtins
+import collections
 import contextlib
 import ctypes
 import errno
 import fcntl
+import fractions
 import io
 import json
 import linecache
@@ -168,13 +170,35 @@ def _flush_streams():
             stream.flush()
 
 
+def _class_snapshot(kind):
+    return dict(vars(kind))
+
+
+# Standard-library classes defined in Python that correct solutions return (MBPP counts with Counter):
+# accepted while their class dictionaries are the ones captured before the program ran.
+_TRUSTED_PYTHON_CLASSES = {kind: _class_snapshot(kind) for kind in (collections.Counter, fractions.Fraction)}
+
+
+def _trusted(kind):
+    snapshot = _TRUSTED_PYTHON_CLASSES.get(kind)
+    if snapshot is None:
+        return False
+    current = vars(kind)
+    return len(current) == len(snapshot) and all(
+        current.get(name) is value for name, value in snapshot.items()
+    )
+
+
 def _is_plain(value, depth=0):
-    """Built only from types defined in C (whose equality a program cannot redefine)."""
+    """Built only from types defined in C (whose equality a program cannot redefine), or from trusted,
+    unmodified standard-library classes."""
     if depth > 100:
         return False
     kind = type(value)
-    if kind.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, patchable
+    if kind.__flags__ & (1 << 9) and not _trusted(kind):  # Py_TPFLAGS_HEAPTYPE: defined in Python, patchable
         return False
+    if isinstance(value, collections.Counter):
+        return all(_is_plain(key, depth + 1) and _is_plain(item, depth + 1) for key, item in value.items())
     if kind in (list, tuple, set, frozenset):
         return all(_is_plain(item, depth + 1) for item in value)
     if kind is dict:
@@ -232,6 +256,10 @@ def _print_program_traceback(error):
 def run_test_process(job, case_input, result_fd, nonce_fd):
     """Runs in the forked test process, after limits and privileges are set. Never returns."""
     _restore_standard_streams()
+    if (
+        "random" in sys.modules
+    ):  # preloaded in the fork server: give each test its own seed, as a new process has
+        sys.modules["random"].seed()
     status = 0
     try:
         try:
@@ -373,7 +401,6 @@ def run_one_test(job, control, message, in_pid_namespace):
     nonce_r, nonce_w = os.pipe()
     case_input = message["input"]
     stdin_bytes = case_input.encode() if kind == "stdin" else b""
-    nonce = os.urandom(16).hex().encode()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -408,7 +435,9 @@ def run_one_test(job, control, message, in_pid_namespace):
         _exit(125)
     for fd in (stdin_r, stdout_w, stderr_w, result_w, nonce_r):
         os.close(fd)
-    _write_all(nonce_w, nonce)  # after the fork: the program never ran in a process that knew it before
+    # Drawn after the fork, so that the test process's memory (its copy of this one) never held it.
+    nonce = os.urandom(16).hex().encode()
+    _write_all(nonce_w, nonce)
     os.close(nonce_w)
     pidfd = os.pidfd_open(pid)
     buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
@@ -450,8 +479,9 @@ def run_one_test(job, control, message, in_pid_namespace):
                 continue
             buffer = buffers[fd]
             if fd == stderr_r:
-                if len(buffer) < STDERR_KEEP_BYTES * 4:
-                    buffer += chunk
+                buffer += chunk
+                if len(buffer) > STDERR_KEEP_BYTES * 4:
+                    del buffer[: -STDERR_KEEP_BYTES * 2]  # keep the end: the traceback comes last
             else:
                 buffer += chunk
                 if len(buffer) > max_output:
