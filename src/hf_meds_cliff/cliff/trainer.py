@@ -26,7 +26,7 @@ from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from .advantages import cliff_token_advantages, first_mistake_token_positions
-from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain
+from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
 from .config import CliffConfig
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
 from .sentences import split_code_units, split_sentences
@@ -152,8 +152,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             )
         columns = getattr(self.train_dataset, "column_names", None)
         correctness_reward = self.reward_funcs[args.cliff_correctness_reward_index]
+        self.cliff_tests_column = tests_column_of(correctness_reward, args.cliff_tests_column)
         self.cliff_domain = resolve_cliff_domain(
-            args.cliff_domain, correctness_reward, columns, args.cliff_tests_column
+            args.cliff_domain, correctness_reward, columns, self.cliff_tests_column
         )
         if (
             self.cliff_domain == "math"
@@ -258,7 +259,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         if self.cliff_domain == "code":
-            ground_truths = [code_ground_truth(row, args.cliff_tests_column) for row in inputs]
+            ground_truths = [code_ground_truth(row, self.cliff_tests_column) for row in inputs]
         else:
             ground_truths = [_ground_truth(row.get(args.cliff_answer_column)) for row in inputs]
         local_rows = [
