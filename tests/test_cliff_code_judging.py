@@ -348,3 +348,19 @@ def test_reference_filter_runs_qwen_decoded_teacher_programs(qwen_tokenizer):
     assert not runner.verify(decoded(QWEN_ROLLOUT), truth)
     assert not runner.verify(decoded("The answer is n(n+1)/2."), truth)
     assert runner.describe_failure(decoded("The answer is n(n+1)/2."), truth).startswith("No program")
+
+
+def test_self_consistency_on_code_runs_each_program_once_and_judges_it_k_times():
+    teacher = ScriptedCodeTeacher(REFERENCE)
+    judge, calls = _judge(teacher, self_consistency=3)
+    try:
+        rows = _code_rows()
+        rows.completions[3] = WRONG.replace("total = 0", "total = 1")
+        outcome = judge.process_step(rows)
+    finally:
+        judge.close()
+    assert sum(1 for call in calls if call[0] == "describe") == 2 and outcome.counters["executions"] == 2
+    assert outcome.counters["judge_calls"] == 6 and len(teacher.judged) == 6
+    assert all(execution is not None and execution.startswith("ran: ") for _, execution in teacher.judged)
+    assert outcome.first_mistake[1] == outcome.first_mistake[3] == 3
+    assert outcome.judge_details[1]["votes"] == [3, 3, 3]
