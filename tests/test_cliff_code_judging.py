@@ -364,3 +364,41 @@ def test_self_consistency_on_code_runs_each_program_once_and_judges_it_k_times()
     assert all(execution is not None and execution.startswith("ran: ") for _, execution in teacher.judged)
     assert outcome.first_mistake[1] == outcome.first_mistake[3] == 3
     assert outcome.judge_details[1]["votes"] == [3, 3, 3]
+
+
+def test_http_teacher_sends_the_code_prompts_with_the_test_result():
+    """Over HTTP (scripted loopback server): the code teacher's solve request asks for a program, its judge request
+    carries the numbered lines and the execution, and the unit id comes back through the parser."""
+    import asyncio
+
+    from hf_meds_cliff.cliff.teachers import build_teacher
+    from hf_meds_cliff.testing import LoopbackChatServer, Reply
+
+    def responder(body, index):
+        if body["messages"][0]["content"] == CODE_INSTRUCTION:
+            return Reply(content=f"Use Gauss.\n{REFERENCE}")
+        return Reply(content='Line [3] stops at n-1.\n{"final_answer_correct": false, "first_mistake": 3}')
+
+    with LoopbackChatServer(responder) as server:
+        teacher = build_teacher("http", base_url=server.base_url, model="m", domain="code", max_retries=0)
+
+        async def run():
+            try:
+                solution = await teacher.solve(PROBLEM)
+                judgment = await teacher.judge(
+                    PROBLEM, REFERENCE, code_unit_texts(WRONG), execution=EXECUTION
+                )
+                return solution, judgment
+            finally:
+                await teacher.aclose()
+
+        solution, judgment = asyncio.run(run())
+        solve_body, judge_body = (request.body for request in server.requests)
+    assert teacher.domain == "code" and solution.endswith(REFERENCE)
+    assert solve_body["messages"] == build_solve_messages(PROBLEM, domain="code")
+    assert judge_body["messages"] == build_judge_messages(
+        PROBLEM, REFERENCE, code_unit_texts(WRONG), domain="code", execution=EXECUTION
+    )
+    assert (judgment.first_mistake, judgment.status) == (3, "ok")
+    with pytest.raises(ValueError, match="domain='sql' is unknown"):
+        build_teacher("http", base_url=server.base_url, model="m", domain="sql")
