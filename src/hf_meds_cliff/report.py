@@ -9,7 +9,8 @@ trainer decided:
   wrong and of correct completions: size, growth over the steps (the steps its rows came from), and
   representative completions (the stored answer-region snippets nearest the cluster's centre);
 * Cliff: ``cliff_rollouts.jsonl`` (judged wrong rollouts with their sentences, first mistake, the teacher's
-  raw answers and the reference) and the newest ``cliff_state.json`` (reference and judgment caches);
+  raw answers and the reference; code rollouts with numbered program lines, the first mistaken line named and
+  the failing test the judge saw) and the newest ``cliff_state.json`` (reference and judgment caches);
 * pass@k: ``summary.json`` files of ``hf-meds-cliff eval`` inside the run directory, next to it when they
   evaluated this run's model, or given with ``--eval_dir``;
 * teacher calibration: ``hf-meds-cliff judge-eval`` metrics (``--output_json``) saved in the run directory or
