@@ -30,11 +30,11 @@ limits, as a child subreaper that kills its orphaned descendants after each test
 import builtins
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import io
 import json
+import linecache
 import os
 import resource
 import select
@@ -53,12 +53,13 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 NAMESPACE_UID = 1000  # the unprivileged uid tests run as inside the namespace (host root only)
 STDERR_KEEP_BYTES = 4096
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library this interpreter is linked with
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
@@ -216,12 +217,25 @@ def _find_function(namespace, fn_name):
     return function
 
 
+def _show_in_tracebacks(name, source):
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+
+
+def _print_program_traceback(error):
+    """The traceback without the harness's own frames (they say nothing about the program)."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename != __file__]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    lines += traceback.format_exception_only(type(error), error)
+    sys.stderr.write("".join(lines))
+
+
 def run_test_process(job, case_input, result_fd, nonce_fd):
     """Runs in the forked test process, after limits and privileges are set. Never returns."""
     _restore_standard_streams()
     status = 0
     try:
         try:
+            _show_in_tracebacks("<program>", job["program"])
             code = compile(job["program"], "<program>", "exec")
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
             _frame(result_fd, b"C", f"{type(error).__name__}: {error}".encode(errors="replace"))
@@ -249,7 +263,9 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
             namespace["__builtins__"] = dict(_CLEAN_BUILTINS)  # what the program did to builtins is undone
             sys.settrace(None)
             sys.setprofile(None)
+            _show_in_tracebacks("<test>", case_input)
             if job.get("setup_code"):
+                _show_in_tracebacks("<setup>", job["setup_code"])
                 exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
             exec(compile(case_input, "<test>", "exec"), namespace)  # noqa: S102
             _flush_streams()
@@ -265,7 +281,7 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
     except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
         status = 1
         try:
-            traceback.print_exc()
+            _print_program_traceback(error)
         except BaseException:  # noqa: BLE001 - e.g. MemoryError while formatting
             with contextlib.suppress(BaseException):
                 _write_all(2, f"{type(error).__name__}\n".encode())
@@ -294,19 +310,8 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
             os.killpg(test_pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    me = str(os.getpid())
     for _ in range(100):
-        children = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1].decode() == me:
-                children.append(int(name))
+        children = _children()
         for pid in children:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -314,6 +319,27 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
                 pass
         if not _reap(reaped) and not children:
             return
+
+
+def _children():
+    """This (single-threaded) process's children: the kernel's list, or a scan of /proc without it."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as listing:
+            return [int(pid) for pid in listing.read().split()]
+    except OSError:
+        pass
+    me, children = str(os.getpid()), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me:
+            children.append(int(name))
+    return children
 
 
 def _reap(reaped):
@@ -540,10 +566,64 @@ _KEPT_FLAGS = {
 }
 
 
-def _confine_filesystem(workdir):
-    """Every mount read-only but the program's folder (bind-mounted onto itself first); a fresh /proc."""
+def _interpreter_paths():
+    """The directories the interpreter reads modules from."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(path for path in sys.path if path and os.path.isdir(path))
+    paths = sorted(os.path.realpath(path) for path in paths)
+    # keep only the outermost of nested paths
+    return [
+        path for path in paths if not any(path != other and path.startswith(other + "/") for other in paths)
+    ]
+
+
+def _private_ancestor(path):
+    """The outermost ancestor of ``path`` that other users cannot enter (e.g. a 0700 /root), or None."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        try:
+            if not os.stat(current).st_mode & 0o001:
+                return current
+        except OSError:
+            return None
+    return None
+
+
+def _reexpose_interpreter(workdir):
+    """Tests run as an unprivileged uid, which cannot enter a private home the interpreter lives in (as
+    with pyenv under /root). Hide each such home under an empty tmpfs, then bind the interpreter's own
+    directories back at their paths: the program can import the standard library and site-packages but
+    sees nothing else of the home (tokens, caches, keys)."""
+    by_home = {}
+    for path in _interpreter_paths():
+        home = _private_ancestor(path)
+        if home is not None and home != path and not (workdir + "/").startswith(home + "/"):
+            by_home.setdefault(home, []).append(path)
+    for number, (home, paths) in enumerate(sorted(by_home.items())):
+        stages = []
+        for index, path in enumerate(paths):
+            stage = os.path.join(workdir, f".interpreter-{number}-{index}")
+            os.mkdir(stage)
+            _mount(path, stage, None, MS_BIND | MS_REC)
+            stages.append(stage)
+        _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+        for path, stage in zip(paths, stages):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(stage, path, None, MS_BIND | MS_REC)
+            _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+            os.rmdir(stage)
+    return sorted(by_home)
+
+
+def _confine_filesystem(workdir, owner, size_mb):
+    """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
+    ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
+    of the interpreter hidden (see :func:`_reexpose_interpreter`); a fresh /proc."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(workdir, workdir, None, MS_BIND | MS_REC)
+    options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    _reexpose_interpreter(workdir)
     failures = []
     with open("/proc/self/mountinfo") as mountinfo:
         mounts = [line.split() for line in mountinfo]
@@ -593,7 +673,9 @@ def isolate_and_serve(job, control):
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _prctl(PR_SET_DUMPABLE, 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                failures = _confine_filesystem(job["workdir"])
+                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
+                owner = job["run_as_uid"] or 0
+                failures = _confine_filesystem(job["workdir"], owner, job["limits"]["workdir_size_mb"])
                 socket.sethostname("sandbox")
                 isolation = {
                     "isolated": True,
@@ -601,7 +683,6 @@ def isolate_and_serve(job, control):
                     "readonly_failures": failures,
                     "network_reachable": _network_reachable(),
                 }
-                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
                 serve(job, control, True, isolation)
                 _exit(0)
             _, status = os.waitpid(init, 0)
@@ -655,16 +736,52 @@ def _network_reachable():
         probe.close()
 
 
+# Imported once per program, before any test forks: the tests start faster, and these stay importable where
+# the interpreter's files are private to another user and cannot be re-exposed (limits-only mode as root).
+PRELOADED_MODULES = [
+    "array",
+    "bisect",
+    "collections",
+    "copy",
+    "datetime",
+    "decimal",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "itertools",
+    "math",
+    "operator",
+    "queue",
+    "random",
+    "re",
+    "string",
+    "struct",
+    "typing",
+]
+
+
+def _preload():
+    for name in PRELOADED_MODULES:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+
+
 def main():
+    """B0: serve one program's job, read from fd 0, answering on fd 1."""
     control = Control(os.dup(0), os.dup(1))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _preload()
     job = control.receive()
     if job is None:
         return
+    sys.path.extend(path for path in job.get("site_packages", []) if path not in sys.path)
+    os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]
     reason = "isolation disabled by the caller"
     if job.get("isolate"):
         reason = isolate_and_serve(job, control)  # returns only if the namespaces were refused
@@ -681,5 +798,53 @@ def main():
     )
 
 
+def fork_server(request_fd):
+    """A pristine template process: it never runs a program, it only forks B0 processes on request.
+
+    The caller sends ``b"fork"`` with three descriptors (the job pipe, the answer pipe, stderr) over the
+    Unix socket ``request_fd``; the template forks a child that becomes the session leader B0 on those
+    descriptors and answers its pid. Each child starts from this process's untouched interpreter state
+    (as with multiprocessing's forkserver), so it shares nothing with any other program, without paying
+    for a new interpreter. The template exits when its stdin (held by the caller) reaches end of file.
+    """
+    _preload()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the B0 processes
+    requests = socket.socket(fileno=request_fd)
+    while True:
+        ready, _, _ = select.select([0, requests], [], [])
+        if 0 in ready and not _read(0, 1):
+            _exit(0)  # the caller is gone
+        if requests not in ready:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(requests, 16, 3)
+        except OSError:
+            _exit(0)
+        if not message:
+            _exit(0)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            requests.send(b"-1")
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                requests.detach()  # its descriptor is closed below; the object must not close a reused number
+                os.setsid()
+                for source, target in zip(fds, (0, 1, 2)):
+                    os.dup2(source, target)
+                os.closerange(3, 65536)
+                main()
+            finally:
+                _exit(0)
+        for fd in fds:
+            os.close(fd)
+        requests.send(str(pid).encode())
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--fork-server":
+        fork_server(int(sys.argv[2]))
+    else:
+        main()
