@@ -8,8 +8,8 @@ import logging
 
 import pytest
 from code_rows import ADD_PROGRAM, MAX_PROGRAM, SUM_PROGRAM, SUM_WRONG, deepcoder_rows, fenced, write_jsonl
-from hf_meds_cliff.code import CodeTestsReward
 
+from hf_meds_cliff.code import CodeTestsReward
 from hf_meds_cliff.data import LIVECODEBENCH_OVERLAP_WARNING, prepare_code_dataset
 from hf_meds_cliff.script_utils import (
     RLScriptArguments,

@@ -22,6 +22,9 @@ name               source                                          tests
 ``deepcoder_lcb``  the same, ``lcbv5`` config, test split          the row's ``tests``
 =================  ==============================================  ==========================================
 
+LiveCodeBench and DeepCoder programs run after :data:`GRADER_PRELUDE` (the standard-library imports their own
+graders put first); HumanEval programs after the prompt's imports; MBPP and CodeContests programs as written.
+
 Local ``.jsonl``/``.json``/``.parquet`` files in the LiveCodeBench, CodeContests, DeepCoder, HumanEval or MBPP
 schema are recognised by their columns (:func:`detect_code_format`).
 """
@@ -154,6 +157,23 @@ def decode_private_tests(encoded: str, *, row: int | None = None) -> list[dict[s
 # ----------------------------------------------------------------------------------------------
 # One converter per source schema: a raw row -> the pieces of a code problem
 
+GRADER_PRELUDE = """\
+import bisect, collections, functools, heapq, itertools, math, random, re, string, sys
+from bisect import *
+from collections import *
+from functools import *
+from heapq import *
+from itertools import *
+from math import *
+from typing import *
+from builtins import *
+sys.setrecursionlimit(50000)
+"""
+"""Put before LiveCodeBench and DeepCoder programs, as their graders do: the everyday standard-library modules and
+their names (``List``, ``defaultdict``, ``heappush``, ``gcd``, ...) are available without an import, so a LeetCode
+solution that uses ``List[int]`` from the starter code without importing it is graded as LiveCodeBench grades it.
+``from builtins import *`` comes last so that ``math.pow`` does not shadow the builtin ``pow``."""
+
 
 @dataclass
 class CodeRow:
@@ -231,6 +251,7 @@ def livecodebench_row(row: Mapping[str, Any], index: int) -> CodeRow:
         tests=tests,
         fn_name=metadata.get("func_name") or None,
         starter_code=row.get("starter_code") or None,
+        program_prefix=GRADER_PRELUDE,
         info={
             "platform": row.get("platform"),
             "difficulty": row.get("difficulty"),
@@ -264,6 +285,7 @@ def deepcoder_row(row: Mapping[str, Any], index: int) -> CodeRow:
         tests=tests,
         fn_name=code_function_name(tests, metadata, row=index),
         starter_code=starter,
+        program_prefix=GRADER_PRELUDE,
     )
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpointing import read_json_file, write_atomically, write_json_atomically
+from ..code import SandboxLimits
 from ..data import CODE_PROMPT_TEMPLATES, PROMPT_TEMPLATES
 from ..rewards import DEFAULT_FLOAT_ROUNDING, DEFAULT_TIMEOUT_SECONDS, MathVerifyPool, check_answers
 from .benchmarks import EvalProblem, known_benchmarks, load_benchmark, resolve_benchmark_name
@@ -67,6 +68,8 @@ _SAMPLE_DEFINING_FIELDS = (
     "code_memory_mb",
     "code_max_tests",
 )
+
+_SANDBOX_DEFAULTS = SandboxLimits()
 
 NO_CODE = "no_code"
 """Status of a code sample whose completion has no fenced code block (scored incorrect)."""
@@ -400,8 +403,6 @@ def _score(
 
 def code_limits(args: EvalArguments):
     """The sandbox limits of a code evaluation (:class:`hf_meds_cliff.code.SandboxLimits`)."""
-    from ..code import SandboxLimits
-
     return SandboxLimits(timeout_s=args.code_timeout, memory_mb=args.code_memory_mb)
 
 
