@@ -392,6 +392,7 @@ def first_mistake_unit(
 
     if not unit_spans:
         raise ValueError("The completion has no units; an empty rollout has no first mistake to locate.")
+    problem = problem if isinstance(problem, CodeProblem) else parse_code_question(problem)
     blocks = _code_blocks(completion)
     if not blocks:
         return len(unit_spans) - 1
