@@ -214,3 +214,47 @@ def test_config_validation():
         generate_code_problem(random.Random(0), CodeWorldConfig(two_input_fraction=0.0)), CodeProblem
     )
     assert generate_code_problem(random.Random(0), CodeWorldConfig(two_input_fraction=0.0)).inputs == ("a",)
+
+
+def _mutants(problem: CodeProblem) -> list[str]:
+    """The reference program and wrong variants of it, each a kind of mistake a student makes."""
+    program = problem.program
+    lines = program.splitlines(keepends=True)
+    swapped = lines[0].replace("a, b", "b, a") if len(problem.inputs) == 2 else "a = int(input()) + 1\n"
+    first_op, first_operand = problem.operations[0]
+    return [
+        program,
+        "".join([lines[0], *lines[1:-1], "print(x + 1)\n"]),
+        "".join([swapped, *lines[1:]]),
+        "".join([lines[0], *lines[2:]]).replace("x = x", "x = a", 1),  # the first step skipped
+        "".join([lines[0], lines[1].replace(f"{first_op} {first_operand}", f"{first_op} 7"), *lines[2:]]),
+        "".join([*lines[:-1], "print(y)\n"]),
+        "".join([*lines[:-1], "print(x\n"]),
+        "".join(lines[:-1]),
+        "a = int(input())\n" + "".join(lines[1:]),
+        f"print({problem.tests[0][1].strip()})\n",
+        "".join([*lines[:-1], "print(x)\n", "print(x)\n"]),
+    ]
+
+
+def test_pure_evaluation_agrees_with_the_sandbox():
+    """The checker's evaluation (never executing the program) and the sandbox agree on pass/fail; a program the
+    checker finds no wrong line in passes, and one that fails always gets a wrong line."""
+    from hf_meds_cliff.code import run_tests_batch
+
+    problems = [p for p, _ in zip(iter_code_problems("test", stream_name="agreement"), range(6))]
+    jobs, expected = [], []
+    for problem in problems:
+        for program in _mutants(problem):
+            completion = f"Some prose.\n```python\n{program}```"
+            jobs.append((program, problem.tests_column()))
+            verdict = first_wrong_line(problem, program)
+            expected.append((program_passes(problem, completion), verdict.line))
+    results = run_tests_batch(jobs)
+    assert [r.passed for r in results] == [passes for passes, _ in expected]
+    assert all(
+        r.passed == (line is None) for r, (_, line) in zip(results, expected) if line is None or not r.passed
+    )
+    references = results[:: len(_mutants(problems[0]))]
+    assert all(r.passed for r in references)
+    assert sum(not r.passed for r in results) >= len(results) - 2 * len(problems)  # the mutants mostly fail
