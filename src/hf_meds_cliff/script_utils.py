@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 TOY = "toy"
 """Sentinel value of ``--model_name_or_path`` / ``--dataset_name`` for the offline toy world."""
 
-REWARD_FUNCS = ("math_answer", "overlong")
+REWARD_FUNCS = ("math_answer", "overlong", "code_tests")
 
 TOY_DOMAINS = ("math", "code")
 """Values of ``--domain``: the toy world (``math``) or the code world (``code``)."""
@@ -41,8 +41,27 @@ class RLScriptArguments(ScriptArguments):
         default=None,
         metadata={
             "help": "Hub id or local path of the training dataset, or `toy` for the offline toy world "
-            "(the default when neither a model nor a dataset is given)."
+            "(the default when neither a model nor a dataset is given). A dataset with a tests column and no answer "
+            "column is a code dataset (e.g. `agentica-org/DeepCoder-Preview-Dataset` with `--dataset_config "
+            "primeintellect|taco|lcbv5`): prompts ask for a program and `math_answer` becomes `code_tests`."
         },
+    )
+    tests_column: str = field(
+        default="tests",
+        metadata={
+            "help": "Code datasets: the column holding the tests (any format hf_meds_cliff.code.parse_tests reads, "
+            "as objects or a JSON string)."
+        },
+    )
+    code_max_tests: int | None = field(
+        default=None,
+        metadata={
+            "help": "`code_tests` reward: run at most this many tests per problem (the longest inputs first, as "
+            "DeepCoder keeps 15); default all."
+        },
+    )
+    code_timeout: float = field(
+        default=6.0, metadata={"help": "`code_tests` reward: wall-clock limit per test in seconds."}
     )
     problem_column: str = field(
         default="problem",
@@ -68,15 +87,17 @@ class RLScriptArguments(ScriptArguments):
         metadata={
             "help": "How a problem becomes a chat prompt: `qwen_math` (instruction as system message), "
             "`qwen_math_user` (instruction appended to the user message), `plain`, or `keep` (use the "
-            "dataset's `prompt` column as it is).",
-            "choices": ["qwen_math", "qwen_math_user", "plain", "keep"],
+            "dataset's `prompt` column as it is); for code datasets `code` (the problem, its starter code and what "
+            "to write in one user message; used when a math template is given) or `code_system`.",
+            "choices": ["qwen_math", "qwen_math_user", "plain", "keep", "code", "code_system"],
         },
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_answer"],
         metadata={
             "help": "Reward functions, in order: `math_answer` (1/0 from math-verify on the last \\boxed{}), "
-            "`overlong` (DAPO soft overlong penalty), or a dotted import path `pkg.module.func`. The first one "
+            "`overlong` (DAPO soft overlong penalty), `code_tests` (1/0: the last ```python block passes every test "
+            "of the row's `tests`, run in the sandbox), or a dotted import path `pkg.module.func`. The first one "
             "defines correctness for MEDS and Cliff."
         },
     )
@@ -216,6 +237,12 @@ def check_compatibility(script_args: RLScriptArguments, training_args, model_arg
             raise ValueError(
                 f"Unknown reward function {name!r}: use one of {list(REWARD_FUNCS)} or a dotted import path."
             )
+    if script_args.code_max_tests is not None and script_args.code_max_tests < 1:
+        raise ValueError(
+            f"--code_max_tests {script_args.code_max_tests} must be >= 1 (or unset for all tests)."
+        )
+    if not script_args.code_timeout > 0:
+        raise ValueError(f"--code_timeout {script_args.code_timeout} must be > 0 seconds.")
     if "overlong" in script_args.reward_funcs:
         max_len = training_args.max_completion_length
         if not 0 < script_args.overlong_buffer_length < max_len:
@@ -271,8 +298,22 @@ def load_tokenizer(model_path: str, model_args: ModelConfig, trust_remote_code: 
     return tokenizer
 
 
+def is_code_dataset(column_names, script_args: RLScriptArguments) -> bool:
+    """A dataset with the tests column and without the answer column is a code dataset."""
+    return script_args.tests_column in column_names and script_args.answer_column not in column_names
+
+
+def dataset_domain(dataset) -> str:
+    """``"code"`` for a prepared code dataset (``tests`` and no ``answer`` column), else ``"math"``."""
+    columns = getattr(dataset, "column_names", None) or []
+    return "code" if "tests" in columns and "answer" not in columns else "math"
+
+
 def load_train_dataset(script_args: RLScriptArguments):
-    """Training split with ``prompt`` and ``answer`` columns (see :func:`hf_meds_cliff.data.prepare_math_dataset`)."""
+    """Training split with ``prompt`` and ``answer`` columns (see :func:`hf_meds_cliff.data.prepare_math_dataset`),
+    or for a code dataset ``prompt``, ``tests`` and ``fn_name`` (see :func:`hf_meds_cliff.data.prepare_code_dataset`;
+    ``--dataset_config lcbv5`` warns that it overlaps LiveCodeBench v5/v6); ``toy`` with ``--domain code`` is the code
+    world's ``prompt`` and ``tests`` (:func:`hf_meds_cliff.toy.code_task.make_code_dataset`)."""
     if is_toy(script_args.dataset_name) and script_args.domain == "code":
         from .toy.code_task import make_code_dataset
 
@@ -296,6 +337,25 @@ def load_train_dataset(script_args: RLScriptArguments):
         dataset = load_dataset(builder, data_files={"train": name})["train"]
     else:
         dataset = load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
+    if is_code_dataset(dataset.column_names, script_args):
+        from .data import CODE_PROMPT_TEMPLATES, prepare_code_dataset
+
+        template = script_args.prompt_template
+        if template not in (*CODE_PROMPT_TEMPLATES, "keep"):
+            template = "code"
+        return prepare_code_dataset(
+            dataset,
+            problem_column=script_args.problem_column,
+            tests_column=script_args.tests_column,
+            prompt_template=template,
+            dataset_config=script_args.dataset_config,
+        )
+    if script_args.prompt_template in ("code", "code_system"):
+        raise ValueError(
+            f"--prompt_template {script_args.prompt_template} is for code datasets, but {name!r} has no "
+            f"{script_args.tests_column!r} column (or has an {script_args.answer_column!r} column); point "
+            "--tests_column at its tests or use a math template."
+        )
     return prepare_math_dataset(
         dataset,
         problem_column=script_args.problem_column,
@@ -305,13 +365,34 @@ def load_train_dataset(script_args: RLScriptArguments):
     )
 
 
-def build_reward_funcs(script_args: RLScriptArguments, training_args) -> list[Any]:
-    """Reward functions in the order given; the first defines correctness for MEDS and Cliff."""
+def build_reward_funcs(script_args: RLScriptArguments, training_args, domain: str = "math") -> list[Any]:
+    """Reward functions in the order given; the first defines correctness for MEDS and Cliff.
+
+    On a code dataset (``domain="code"``) ``math_answer``, which has no answer to check there, becomes
+    ``code_tests`` (with a warning).
+    """
     from .rewards import MathAnswerReward, OverlongPenaltyReward
 
+    names = list(script_args.reward_funcs)
+    if domain == "code" and "math_answer" in names:
+        logger.warning(
+            "The training data is code (prompt + tests): reward `math_answer` is replaced by `code_tests` (pass "
+            "--reward_funcs code_tests to say so)."
+        )
+        names = ["code_tests" if name == "math_answer" else name for name in names]
     funcs = []
-    for name in script_args.reward_funcs:
-        if name == "math_answer":
+    for name in names:
+        if name == "code_tests":
+            from .code import CodeTestsReward, SandboxLimits
+
+            funcs.append(
+                CodeTestsReward(
+                    mode="binary",
+                    limits=SandboxLimits(timeout_s=script_args.code_timeout),
+                    max_tests=script_args.code_max_tests,
+                )
+            )
+        elif name == "math_answer":
             funcs.append(MathAnswerReward())
         elif name == "overlong":
             funcs.append(
@@ -354,7 +435,7 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
         warn_long_prompts(train_dataset, tokenizer, script_args.max_prompt_tokens)
     return trainer_cls(
         model=model_path,
-        reward_funcs=build_reward_funcs(script_args, training_args),
+        reward_funcs=build_reward_funcs(script_args, training_args, domain=dataset_domain(train_dataset)),
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
