@@ -105,8 +105,14 @@ class CodeWarmupSettings:
     target_greedy_accuracy: float = field(
         default=0.5, metadata={"help": "Stop once greedy accuracy on the validation draw reaches this."}
     )
-    eval_start_step: int = field(default=200, metadata={"help": "First step at which the stop rule is checked."})
-    eval_every_steps: int = field(default=25, metadata={"help": "Steps between stop-rule checks."})
+    eval_start_step: int = field(default=300, metadata={"help": "First step at which the stop rule is checked."})
+    eval_every_steps: int = field(
+        default=5,
+        metadata={
+            "help": "Steps between stop-rule checks (accuracy leaps from ~35 %% to ~90 %% within 25 steps, so check "
+            "often to stop in the half-solved range)."
+        },
+    )
     num_validation_problems: int = field(default=128, metadata={"help": "Validation problems for the stop rule."})
     num_test_problems: int = field(default=100, metadata={"help": "Test-split problems for the final metrics."})
     num_samples: int = field(default=8, metadata={"help": "Samples per test problem for pass@1 / pass@k."})
