@@ -614,6 +614,22 @@ def _rollout_text(record: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _mistake_line(record: Mapping[str, Any]) -> str:
+    """Code rollouts: ``: `<the mistaken line>``` for the verdict label; empty on math or when unknown."""
+    if record.get("domain") != "code":
+        return ""
+    text = str(record.get("completion") or "")
+    spans = record.get("sentences") or []
+    mistake = record.get("first_mistake")
+    if not isinstance(mistake, int) or not 0 <= mistake < len(spans):
+        return ""
+    start, end = (int(v) for v in spans[mistake])
+    lines = [
+        line for line in text[start:end].splitlines() if line.strip() and not line.lstrip().startswith("```")
+    ]
+    return f": {lines[0].strip()[:80]}" if lines else ""
+
+
 def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
     """(filter class, label) of how the trainer decided this wrong rollout."""
     source = record.get("source")
@@ -626,7 +642,11 @@ def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
     agreed = record.get("agreed")
     if agreed is True:
         cached = " (cached judgment)" if source == "cached" else ""
-        return "agree", f"first mistake at sentence {record.get('first_mistake')}{cached}"
+        unit = "unit" if record.get("domain") == "code" else "sentence"
+        return (
+            "agree",
+            f"first mistake at {unit} {record.get('first_mistake')}{_mistake_line(record)}{cached}",
+        )
     if agreed is False:
         return "disagree", "teacher found no mistake in a verifier-wrong rollout (disagreement): p(a) = 0"
     statuses = ", ".join(record.get("teacher_statuses") or []) or "none"
@@ -650,7 +670,9 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
             f"wrong rollouts from {len(steps)} steps. Teacher–verifier agreement on the judged (or "
             f"cached) ones: <b>{share}</b> ({agree} of {len(usable)} rollouts the verifier marks wrong, "
             "the teacher located a mistake in; the paper reports "
-            "85–90 %). Sentences are numbered as the teacher saw them.</p>"
+            "85–90 %). Sentences are numbered as the teacher saw them (code rollouts: each sentence of the "
+            "explanation and each non-blank program line is one unit; the failing test the judge saw is shown "
+            "under the program).</p>"
         )
     else:
         out.append('<p class="empty">No cliff_rollouts.jsonl in the run (cliff_log_rollouts=0?).</p>')
@@ -708,12 +730,28 @@ def _rollout_block(record: Mapping[str, Any]) -> str:
         or f'<p class="note">No teacher call for this rollout ({esc(record.get("source"))}).</p>'
     )
     reference = record.get("reference")
+    code = record.get("domain") == "code"
     reference_html = (
-        "<details><summary>reference solution (teacher, verified)</summary>"
+        f"<details><summary>reference {'program' if code else 'solution'} (teacher, verified)</summary>"
         f"<pre>{esc(reference)}</pre></details>"
         if reference
         else ""
     )
+    if code:  # the failing test the judge saw, and the tests themselves (long: collapsed)
+        execution = record.get("execution")
+        if execution:
+            reference_html = (
+                '<div class="execution"><span class="meta">running the program (what the judge saw)</span>'
+                f"<pre>{esc(execution)}</pre></div>{reference_html}"
+            )
+        return (
+            f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
+            f'{esc(record.get("sample"))} · code · <span class="tag {"ok" if kind == "agree" else "bad"}">'
+            f"{esc(label)}</span></header>"
+            f'<p class="problem"><b>Problem:</b> {esc(record.get("problem"))}</p>'
+            f'<div class="completion code">{_rollout_text(record)}</div>{reference_html}{teacher}'
+            f"<details><summary>tests</summary><pre>{esc(record.get('ground_truth'))}</pre></details></article>"
+        )
     return (
         f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
         f'{esc(record.get("sample"))} · <span class="tag {"ok" if kind == "agree" else "bad"}">'
@@ -839,6 +877,9 @@ article.rollout header { font-size: 13px; } .problem { font-size: 13px; margin: 
 .s.prefix { background: #dcfce7; } .s.suffix { background: #fee2e2; }
 .s.mistake { background: #fca5a5; outline: 2px solid #b91c1c; font-weight: 600; }
 .s.plain { background: #f1f5f9; }
+.completion.code { line-height: 1.5; } .completion.code .s { display: inline; }
+.completion.code .s sup { display: inline-block; min-width: 2.6em; font-size: 10px; vertical-align: baseline; }
+.execution pre { background: #fef2f2; border-color: #fecaca; }
 .clusters svg.chart { width: 170px; }
 .raw pre { background: #fffbeb; border-color: #fde68a; }
 article.rollout details summary { font-size: 12px; color: #374151; cursor: pointer; }

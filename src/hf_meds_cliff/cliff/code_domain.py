@@ -31,6 +31,7 @@ __all__ = [
     "code_ground_truth",
     "describe_test_run",
     "function_name_of_row",
+    "is_code_reward",
     "resolve_cliff_domain",
 ]
 
@@ -134,7 +135,9 @@ def code_ground_truth(row: Mapping[str, Any], tests_column: str = "tests") -> st
 
 
 def _cut(text: Any, max_chars: int) -> str:
+    """``text`` without its final line break (it would show as a blank line in the fence), cut to ``max_chars``."""
     text = "" if text is None else str(text)
+    text = text.removesuffix("\n")
     return (
         text
         if len(text) <= max_chars
