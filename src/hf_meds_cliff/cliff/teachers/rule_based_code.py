@@ -40,6 +40,7 @@ class RuleBasedCodeTeacher(RuleBasedToyTeacher):
     """
 
     name = "rule-based-code"
+    domain = "code"  # the trainer refuses it on a math run
 
     @staticmethod
     def can_read(problem: str) -> bool:
