@@ -368,15 +368,37 @@ def first_wrong_line(problem: str | CodeProblem, program: str) -> LineVerdict:
     return LineVerdict(None, "right")
 
 
+def locate_program(completion: str) -> tuple[int, str] | None:
+    """``(offset, program)`` of the program the code reward runs (:func:`hf_meds_cliff.code.extract_program`: the
+    last closed ``python`` or untagged fenced block), or None when there is none.
+
+    >>> locate_program("Idea.\\n```python\\nprint(1)\\n```")
+    (16, 'print(1)\\n')
+    >>> locate_program("```python\\nprint(1)\\n") is None  # never closed: no program
+    True
+    """
+    from ..cliff.sentences import _code_blocks
+    from ..code import extract_program
+
+    program = extract_program(completion)
+    if program is None:
+        return None
+    for _, body_start, body_end, _ in reversed(_code_blocks(completion)):
+        if completion[body_start:body_end] == program:
+            return body_start, program
+    return completion.rfind(program), program  # the two fence readers disagree on an odd fence: best effort
+
+
 def first_mistake_unit(
     problem: str | CodeProblem, completion: str, unit_spans: list[tuple[int, int]]
 ) -> int | None:
     """Unit index of the first mistake of a code-world completion, or None when it is right.
 
     ``unit_spans`` are the completion's units (:func:`hf_meds_cliff.cliff.split_code_units`: prose sentences, then
-    one unit per non-blank program line). The program is the last fenced block; its first wrong line
-    (:func:`first_wrong_line`) is mapped to the unit holding that line's first character. A completion without a
-    code block is wrong at its last unit (the one that should have gone on to the program).
+    one unit per non-blank program line). The program is the one the code reward runs (:func:`locate_program`); its
+    first wrong line (:func:`first_wrong_line`) is mapped to the unit holding that line's first character. A
+    completion without a program (no closed ``python`` block) is wrong at its last unit (the one that should have
+    gone on).
 
     Raises:
         UndecidableProgram: see :func:`first_wrong_line`.
@@ -388,16 +410,13 @@ def first_mistake_unit(
     >>> first_mistake_unit(q, text, split_code_units(text))
     3
     """
-    from ..cliff.sentences import _code_blocks
-
     if not unit_spans:
         raise ValueError("The completion has no units; an empty rollout has no first mistake to locate.")
     problem = problem if isinstance(problem, CodeProblem) else parse_code_question(problem)
-    blocks = _code_blocks(completion)
-    if not blocks:
+    located = locate_program(completion)
+    if located is None:
         return len(unit_spans) - 1
-    _, body_start, body_end, _ = blocks[-1]
-    program = completion[body_start:body_end]
+    body_start, program = located
     verdict = first_wrong_line(problem, program)
     if verdict.line is None:
         return None

@@ -88,24 +88,38 @@ def build_code_tokenizer(save_directory: str | Path | None = None):
 class CodeWarmupSettings:
     """Everything that determines the code world's warm-up (hashed into its cache key, except the time cap)."""
 
-    seed: int = field(default=0, metadata={"help": "Seed of the weights, the data streams and the evaluation."})
+    seed: int = field(
+        default=0, metadata={"help": "Seed of the weights, the data streams and the evaluation."}
+    )
     world: CodeWorldConfig = field(default_factory=CodeWorldConfig, metadata={"help": "The code task."})
-    model: ToyModelConfig = field(default_factory=ToyModelConfig, metadata={"help": "Model shape (the toy world's)."})
+    model: ToyModelConfig = field(
+        default_factory=ToyModelConfig, metadata={"help": "Model shape (the toy world's)."}
+    )
     batch_size: int = field(default=32, metadata={"help": "Problems per optimizer step (fresh each step)."})
     learning_rate: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
-    lr_warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps before the cosine decay."})
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "Cosine floor as a fraction of the peak rate."})
+    lr_warmup_steps: int = field(
+        default=30, metadata={"help": "Linear warm-up steps before the cosine decay."}
+    )
+    min_lr_ratio: float = field(
+        default=0.1, metadata={"help": "Cosine floor as a fraction of the peak rate."}
+    )
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
-    max_steps: int = field(default=2000, metadata={"help": "Step cap (also the length of the cosine schedule)."})
+    max_steps: int = field(
+        default=2000, metadata={"help": "Step cap (also the length of the cosine schedule)."}
+    )
     time_budget_s: float = field(
         default=1200.0,
-        metadata={"help": "Wall-clock cap on training in seconds; a run stopped by it is not reused from the cache."},
+        metadata={
+            "help": "Wall-clock cap on training in seconds; a run stopped by it is not reused from the cache."
+        },
     )
     target_greedy_accuracy: float = field(
         default=0.5, metadata={"help": "Stop once greedy accuracy on the validation draw reaches this."}
     )
-    eval_start_step: int = field(default=300, metadata={"help": "First step at which the stop rule is checked."})
+    eval_start_step: int = field(
+        default=300, metadata={"help": "First step at which the stop rule is checked."}
+    )
     eval_every_steps: int = field(
         default=5,
         metadata={
@@ -113,13 +127,19 @@ class CodeWarmupSettings:
             "often to stop in the half-solved range)."
         },
     )
-    num_validation_problems: int = field(default=128, metadata={"help": "Validation problems for the stop rule."})
-    num_test_problems: int = field(default=100, metadata={"help": "Test-split problems for the final metrics."})
+    num_validation_problems: int = field(
+        default=128, metadata={"help": "Validation problems for the stop rule."}
+    )
+    num_test_problems: int = field(
+        default=100, metadata={"help": "Test-split problems for the final metrics."}
+    )
     num_samples: int = field(default=8, metadata={"help": "Samples per test problem for pass@1 / pass@k."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the final metrics."})
     max_new_tokens: int = field(
         default=72,
-        metadata={"help": "Generation cap of the evaluations (reference completions take <= 58 tokens with eos)."},
+        metadata={
+            "help": "Generation cap of the evaluations (reference completions take <= 58 tokens with eos)."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -196,14 +216,10 @@ def warmup_code_world(
 
 
 def completion_program(completion: str) -> str | None:
-    """The program of a completion: the body of its last fenced code block (None without one)."""
-    from ..cliff.sentences import _code_blocks
+    """The program of a completion, as the code reward reads it (:func:`hf_meds_cliff.code.extract_program`)."""
+    from ..code import extract_program
 
-    blocks = _code_blocks(completion)
-    if not blocks:
-        return None
-    _, body_start, body_end, _ = blocks[-1]
-    return completion[body_start:body_end]
+    return extract_program(completion)
 
 
 def program_passes(problem: CodeProblem, completion: str) -> bool:
@@ -220,13 +236,21 @@ def program_passes(problem: CodeProblem, completion: str) -> bool:
         return False
     for stdin, expected in problem.tests:
         trace = trace_program(program, stdin)
-        if trace.error is not None or trace.unsupported is not None or trace.output.split() != expected.split():
+        if (
+            trace.error is not None
+            or trace.unsupported is not None
+            or trace.output.split() != expected.split()
+        ):
             return False
     return True
 
 
-def greedy_code_accuracy(model, tokenizer, problems: Sequence[CodeProblem], max_new_tokens: int = 72) -> float:
-    completions = generate_completions(model, tokenizer, [p.question for p in problems], max_new_tokens=max_new_tokens)
+def greedy_code_accuracy(
+    model, tokenizer, problems: Sequence[CodeProblem], max_new_tokens: int = 72
+) -> float:
+    completions = generate_completions(
+        model, tokenizer, [p.question for p in problems], max_new_tokens=max_new_tokens
+    )
     return sum(program_passes(p, c[0]) for p, c in zip(problems, completions)) / len(problems)
 
 
@@ -253,7 +277,10 @@ def evaluate_code_policy(
     rate, judged by the sandbox (``use_sandbox``, the reward's check) or the checker's pure evaluation; with the
     sandbox, ``static_agreement`` is the share of samples where the pure evaluation agreed with it."""
     questions = [p.question for p in problems]
-    greedy = [g[0] for g in generate_completions(model, tokenizer, questions, seed=seed, max_new_tokens=max_new_tokens)]
+    greedy = [
+        g[0]
+        for g in generate_completions(model, tokenizer, questions, seed=seed, max_new_tokens=max_new_tokens)
+    ]
     samples = generate_completions(
         model,
         tokenizer,
@@ -302,9 +329,15 @@ def _train_and_save(settings: CodeWarmupSettings, key: str, folder: Path) -> Non
     )
     validation = [next(validation_stream) for _ in range(settings.num_validation_problems)]
     training_stream = iter_code_problems(
-        "train", settings.seed, settings.world, exclude=frozenset(p.question for p in validation), stream_name="warmup"
+        "train",
+        settings.seed,
+        settings.world,
+        exclude=frozenset(p.question for p in validation),
+        stream_name="warmup",
     )
-    logger.info("Code-world warm-up: %d parameters, settings %s", sum(p.numel() for p in model.parameters()), key)
+    logger.info(
+        "Code-world warm-up: %d parameters, settings %s", sum(p.numel() for p in model.parameters()), key
+    )
     progress = _warmup_progress_bar(settings.max_steps, settings.eval_start_step, "Code-world policy warm-up")
     loop = supervised_warmup_loop(
         model,
@@ -366,7 +399,8 @@ def _train_and_save(settings: CodeWarmupSettings, key: str, folder: Path) -> Non
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     logger.info(
-        "Code-world warm-up done: %s", {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics
+        "Code-world warm-up done: %s",
+        {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics,
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -381,7 +415,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     path = warmup_code_world(args.output_dir, seed=args.seed, num_threads=args.num_threads)
-    logger.info("Policy in %s; test split: %s", path, json.loads((path / METRICS_FILE).read_text())["test_split"])
+    logger.info(
+        "Policy in %s; test split: %s", path, json.loads((path / METRICS_FILE).read_text())["test_split"]
+    )
     return path
 
 
