@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import pytest
@@ -258,3 +259,57 @@ def test_pure_evaluation_agrees_with_the_sandbox():
     references = results[:: len(_mutants(problems[0]))]
     assert all(r.passed for r in references)
     assert sum(not r.passed for r in results) >= len(results) - 2 * len(problems)  # the mutants mostly fail
+
+
+def test_warmup_settings_validation_and_cache_key():
+    from hf_meds_cliff.toy import build_toy_tokenizer
+    from hf_meds_cliff.toy.code_world import CodeWarmupSettings, warmup_code_world
+
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        CodeWarmupSettings(batch_size=0)
+    with pytest.raises(ValueError, match="target_greedy_accuracy"):
+        CodeWarmupSettings(target_greedy_accuracy=2.0)
+    with pytest.raises(TypeError, match="Unknown code-world warm-up setting"):
+        warmup_code_world(None, trap_rate=0.1)
+    base = CodeWarmupSettings().cache_key()
+    assert CodeWarmupSettings(time_budget_s=5.0).cache_key() == base  # a capped run is never reused anyway
+    assert CodeWarmupSettings(world=CodeWorldConfig(num_tests=4)).cache_key() != base
+    assert CodeWarmupSettings(seed=1).cache_key() != base
+    with pytest.raises(ValueError, match="without a line break"):
+        build_toy_tokenizer(word_tokens=["x = \n"])
+
+
+@pytest.mark.slow
+def test_short_code_warmup_writes_a_loadable_reusable_policy(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff.toy.code_world import warmup_code_world
+
+    settings = {
+        "max_steps": 4,
+        "eval_start_step": 2,
+        "eval_every_steps": 2,
+        "num_validation_problems": 4,
+        "num_test_problems": 3,
+        "num_samples": 2,
+        "max_new_tokens": 16,
+    }
+    folder = warmup_code_world(tmp_path / "policy", **settings)
+    metrics = json.loads((folder / "warmup_metrics.json").read_text())
+    assert metrics["steps"] == 4 and metrics["stop_reason"] == "max_steps"
+    assert [h["step"] for h in metrics["validation_history"]] == [2, 4]
+    for key in (
+        "greedy_accuracy",
+        "pass@1",
+        "pass@2",
+        "mixed_group_fraction",
+        "program_fraction",
+        "static_agreement",
+    ):
+        assert 0.0 <= metrics["test_split"][key] <= 1.0
+    AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.tokenize("```python") == ["```python"]
+    modified = (folder / "model.safetensors").stat().st_mtime_ns
+    assert warmup_code_world(tmp_path / "policy", **settings) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == modified  # reused, not retrained

@@ -9,6 +9,7 @@ import pytest
 import torch
 from helpers import load_script
 
+from hf_meds_cliff.cli import split_training_arguments
 from hf_meds_cliff.cliff import CliffGRPOTrainer, code_unit_texts
 from hf_meds_cliff.cliff.protocol import problem_text
 from hf_meds_cliff.cliff.teachers import RuleBasedCodeTeacher
@@ -58,6 +59,8 @@ def test_the_code_recipe_is_picked_by_domain_code():
     )
     assert script_args.reward_funcs == ["code_tests"] and training_args.cliff_domain == "code"
     assert training_args.cliff_teacher == "rule"
+    launch_args, script_argv = split_training_arguments("cliff", ["--domain", "code", "--num_processes", "1"])
+    assert (launch_args, script_argv) == (["--num_processes", "1"], ["--domain", "code"])
 
 
 @pytest.mark.slow
