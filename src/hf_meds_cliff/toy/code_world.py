@@ -12,6 +12,13 @@ cannot decide counts as wrong), which never executes model output; the final tes
 program through the sandbox of :mod:`hf_meds_cliff.code` (the reward's own check) and also record how often the
 pure evaluation agreed with it.
 
+Measured (seed 0, one torch thread, a 2-core machine shared with other jobs, load 9-12): validation greedy accuracy
+climbs slowly to ~35 % by step 400, then leaps (to 92 % by step 425 in a run checked every 25 steps), so the stop
+rule checks every 5 steps from step 300; it stopped at step 405 (52 %) after 317 s of training (47 s of it stop-rule
+checks; 144 s in a run on a less loaded machine, same stop step) plus 132 s for the final evaluation. Test split,
+100 problems x 8 samples, judged in the sandbox: greedy 50 %, pass@1 28.5 %, pass@8 83 %, 82 % of the groups
+mixed, every sample a fenced program, and the pure evaluation agreed with the sandbox on all 800 samples.
+
 CLI::
 
     python -m hf_meds_cliff.toy.code_world --output_dir runs/code-world
