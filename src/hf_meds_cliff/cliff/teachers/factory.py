@@ -42,7 +42,7 @@ def _from_config(config: Any, domain: str | None = None) -> Teacher:
             max_new_tokens=max_tokens,
             **prompts,
         )
-    return build_teacher(kind)
+    return build_teacher(kind, domain=domain)
 
 
 def build_teacher(
@@ -60,11 +60,14 @@ def build_teacher(
     the toy world's ``rule`` teacher otherwise. ``options`` go to the teacher's constructor (e.g.
     ``max_concurrency``, ``timeout``, ``judge_temperature`` for HTTP; ``tokenizer``,
     ``max_new_tokens`` for transformers). ``domain`` (``"math"`` or ``"code"``, for the HTTP and transformers
-    teachers) picks their solve and judge prompts; with a ``CliffConfig`` it is the run's resolved domain (the
+    teachers) picks their solve and judge prompts, and ``"code"`` makes ``rule`` the code world's exact checker
+    (:class:`~hf_meds_cliff.cliff.teachers.RuleBasedCodeTeacher`); with a ``CliffConfig`` it is the run's resolved domain (the
     trainer passes it; ``cliff_domain='auto'`` is resolved from the data).
 
     >>> build_teacher()
     RuleBasedToyTeacher()
+    >>> build_teacher("rule", domain="code")
+    RuleBasedCodeTeacher()
     >>> build_teacher("http", base_url="http://127.0.0.1:8000/v1", model="m")
     OpenAICompatibleTeacher(base_url='http://127.0.0.1:8000/v1', model='m', api_key_env=None, ...)
     """
@@ -96,10 +99,15 @@ def build_teacher(
         from .local import TransformersTeacher
 
         return TransformersTeacher(model, **options)
+    rule_domain = options.pop("domain", None)
     if base_url or model is not None or options:
         raise ValueError(
             "The rule-based toy teacher takes no endpoint, model or options; drop them or choose kind='http'."
         )
+    if rule_domain == "code":  # the code world's exact teacher (first wrong program line)
+        from .rule_based_code import RuleBasedCodeTeacher
+
+        return RuleBasedCodeTeacher()
     from .rule_based import RuleBasedToyTeacher
 
     return RuleBasedToyTeacher()
