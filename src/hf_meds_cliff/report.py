@@ -141,6 +141,19 @@ def read_rollouts(path: Path) -> list[dict[str, Any]]:
     return [latest[key] for key in sorted(latest)]
 
 
+def _glob_siblings(folder: Path, pattern: str, attempts: int = 3) -> list[Path]:
+    """``folder.glob(pattern)`` that survives folders vanishing while it walks (a shared parent such as ``/tmp``,
+    where other programs delete their temporary folders): ``pathlib`` then raises ``FileNotFoundError``; the walk
+    is retried, and given up with a warning (no summary found there) after ``attempts`` failures."""
+    for _ in range(attempts):
+        try:
+            return list(folder.glob(pattern))
+        except OSError as error:
+            last_error = error
+    logger.warning("Not looking for eval summaries next to the run in %s: %s", folder, last_error)
+    return []
+
+
 def find_eval_summaries(
     run_dir: Path, eval_dirs: Iterable[str | os.PathLike] = ()
 ) -> list[tuple[Path, dict]]:
@@ -154,8 +167,8 @@ def find_eval_summaries(
     resolved_run = run_dir.resolve()
     if run_dir.parent.is_dir():
         for path in [
-            *run_dir.parent.glob(f"*/{EVAL_SUMMARY_NAME}"),
-            *run_dir.parent.glob(f"*/*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/*/{EVAL_SUMMARY_NAME}"),
         ]:
             if resolved_run in path.resolve().parents:
                 continue
