@@ -283,3 +283,20 @@ def test_domain_is_read_from_the_reward_or_set_and_checked(tmp_path, qwen_tokeni
     assert code_trainer(tmp_path, qwen_tokenizer, [reward], dataset=renamed).cliff_tests_column == "cases"
     with pytest.raises(ValueError, match="grades the tests of column 'cases'.*--cliff_tests_column cases"):
         code_trainer(tmp_path, qwen_tokenizer, [reward], dataset=renamed, cliff_tests_column="other")
+
+
+def test_the_default_rule_teacher_refuses_a_users_own_code_dataset(tmp_path, qwen_tokenizer):
+    """A TRL user's own code data with the default teacher: the code world's rule teacher cannot read it, and the
+    trainer says so at start-up instead of letting every group fall back to plain GRPO."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": "Given a list of integers, print the largest one."}]] * 2,
+            "tests": ['[{"input": "1 5 2\\n", "output": "5\\n", "testtype": "stdin"}]'] * 2,
+        }
+    )
+    with pytest.raises(
+        ValueError, match=r"code world's exact checker and reads only toy questions .*--cliff_teacher"
+    ):
+        code_trainer(tmp_path, qwen_tokenizer, teacher=None, dataset=dataset)

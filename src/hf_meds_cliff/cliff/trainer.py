@@ -363,9 +363,14 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             return
         self._cliff_unchecked_rule_teacher = False
         if not any(self.teacher.can_read(problem) for problem in problems):
+            world, example = (
+                ("code world", "Read an integer a from standard input and print a + 1.")
+                if self.cliff_domain == "code"
+                else ("toy world", "Compute (7 + 5) * 3 - 4.")
+            )
             raise ValueError(
-                "The rule-based teacher (cliff_teacher='rule', the default) is the toy world's exact checker and "
-                f"reads only toy questions ('Compute (7 + 5) * 3 - 4.'), not this dataset's (e.g. "
+                f"The rule-based teacher (cliff_teacher='rule', the default) is the {world}'s exact checker and "
+                f"reads only toy questions ({example!r}), not this dataset's (e.g. "
                 f"{problems[0]!r:.100}); every mixed group would fall back to plain GRPO. Choose a teacher that can "
                 "judge this data: an OpenAI-compatible server (`--cliff_teacher http --cliff_teacher_base_url "
                 "http://127.0.0.1:8000/v1 --cliff_teacher_model <served model>`: vllm serve, SGLang, transformers "
