@@ -4,6 +4,11 @@ Toy world on CPU (no download, no LLM: the exact rule-based teacher judges the t
 
     python scripts/train_cliff.py
 
+Cliff on code, on CPU too: the code world (the toy chains as stdin programs; the sandboxed test reward; the exact rule
+teacher finds the first wrong program line):
+
+    python scripts/train_cliff.py --domain code
+
 A real student with an LLM teacher served over HTTP beside training. Any OpenAI-compatible server works
 (`vllm serve`, SGLang, `transformers serve`, a hosted API). With 8 GPUs, give the teacher two of them:
 

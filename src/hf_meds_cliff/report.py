@@ -9,7 +9,8 @@ trainer decided:
   wrong and of correct completions: size, growth over the steps (the steps its rows came from), and
   representative completions (the stored answer-region snippets nearest the cluster's centre);
 * Cliff: ``cliff_rollouts.jsonl`` (judged wrong rollouts with their sentences, first mistake, the teacher's
-  raw answers and the reference) and the newest ``cliff_state.json`` (reference and judgment caches);
+  raw answers and the reference; code rollouts with numbered program lines, the first mistaken line named and
+  the failing test the judge saw) and the newest ``cliff_state.json`` (reference and judgment caches);
 * pass@k: ``summary.json`` files of ``hf-meds-cliff eval`` inside the run directory, next to it when they
   evaluated this run's model, or given with ``--eval_dir``;
 * teacher calibration: ``hf-meds-cliff judge-eval`` metrics (``--output_json``) saved in the run directory or
@@ -264,6 +265,19 @@ def _summary_problem(summary: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _glob_siblings(folder: Path, pattern: str, attempts: int = 3) -> list[Path]:
+    """``folder.glob(pattern)`` that survives folders vanishing while it walks (a shared parent such as ``/tmp``,
+    where other programs delete their temporary folders): ``pathlib`` then raises ``FileNotFoundError``; the walk
+    is retried, and given up with a warning (no summary found there) after ``attempts`` failures."""
+    for _ in range(attempts):
+        try:
+            return list(folder.glob(pattern))
+        except OSError as error:
+            last_error = error
+    logger.warning("Not looking for eval summaries next to the run in %s: %s", folder, last_error)
+    return []
+
+
 def find_eval_summaries(
     run_dir: Path, eval_dirs: Iterable[str | os.PathLike] = (), skipped: RunData | None = None
 ) -> list[tuple[Path, dict]]:
@@ -277,8 +291,8 @@ def find_eval_summaries(
     resolved_run = run_dir.resolve()
     if run_dir.parent.is_dir():
         for path in [
-            *run_dir.parent.glob(f"*/{EVAL_SUMMARY_NAME}"),
-            *run_dir.parent.glob(f"*/*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/*/{EVAL_SUMMARY_NAME}"),
         ]:
             if resolved_run in path.resolve().parents:
                 continue
@@ -821,6 +835,22 @@ def _isolated(text: str) -> str:
     return f"<bdi>{esc(text)}</bdi>" if text else ""
 
 
+def _mistake_line(record: Mapping[str, Any]) -> str:
+    """Code rollouts: ``: `<the mistaken line>``` for the verdict label; empty on math or when unknown."""
+    if record.get("domain") != "code":
+        return ""
+    text = str(record.get("completion") or "")
+    spans = record.get("sentences") or []
+    mistake = record.get("first_mistake")
+    if not isinstance(mistake, int) or not 0 <= mistake < len(spans):
+        return ""
+    start, end = (int(v) for v in spans[mistake])
+    lines = [
+        line for line in text[start:end].splitlines() if line.strip() and not line.lstrip().startswith("```")
+    ]
+    return f": {lines[0].strip()[:80]}" if lines else ""
+
+
 def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
     """(filter class, label) of how the trainer decided this wrong rollout."""
     source = record.get("source")
@@ -833,7 +863,11 @@ def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
     agreed = record.get("agreed")
     if agreed is True:
         cached = " (cached judgment)" if source == "cached" else ""
-        return "agree", f"first mistake at sentence {record.get('first_mistake')}{cached}"
+        unit = "unit" if record.get("domain") == "code" else "sentence"
+        return (
+            "agree",
+            f"first mistake at {unit} {record.get('first_mistake')}{_mistake_line(record)}{cached}",
+        )
     if agreed is False:
         return "disagree", "teacher found no mistake in a verifier-wrong rollout (disagreement): p(a) = 0"
     statuses = ", ".join(record.get("teacher_statuses") or []) or "none"
@@ -857,7 +891,9 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
             f"wrong rollouts from {len(steps)} steps. Teacher–verifier agreement on the judged (or "
             f"cached) ones: <b>{share}</b> ({agree} of {len(usable)} rollouts the verifier marks wrong, "
             "the teacher located a mistake in; the paper reports "
-            "85–90 %). Sentences are numbered as the teacher saw them.</p>"
+            "85–90 %). Sentences are numbered as the teacher saw them (code rollouts: each sentence of the "
+            "explanation and each non-blank program line is one unit; the failing test the judge saw is shown "
+            "under the program).</p>"
         )
     else:
         out.append('<p class="empty">No cliff_rollouts.jsonl in the run (cliff_log_rollouts=0?).</p>')
@@ -915,12 +951,28 @@ def _rollout_block(record: Mapping[str, Any]) -> str:
         or f'<p class="note">No teacher call for this rollout ({esc(record.get("source"))}).</p>'
     )
     reference = record.get("reference")
+    code = record.get("domain") == "code"
     reference_html = (
-        "<details><summary>reference solution (teacher, verified)</summary>"
+        f"<details><summary>reference {'program' if code else 'solution'} (teacher, verified)</summary>"
         f"<pre>{esc(reference)}</pre></details>"
         if reference
         else ""
     )
+    if code:  # the failing test the judge saw, and the tests themselves (long: collapsed)
+        execution = record.get("execution")
+        if execution:
+            reference_html = (
+                '<div class="execution"><span class="meta">running the program (what the judge saw)</span>'
+                f"<pre>{esc(execution)}</pre></div>{reference_html}"
+            )
+        return (
+            f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
+            f'{esc(record.get("sample"))} · code · <span class="tag {"ok" if kind == "agree" else "bad"}">'
+            f"{esc(label)}</span></header>"
+            f'<p class="problem"><b>Problem:</b> {esc(record.get("problem"))}</p>'
+            f'<div class="completion code">{_rollout_text(record)}</div>{reference_html}{teacher}'
+            f"<details><summary>tests</summary><pre>{esc(record.get('ground_truth'))}</pre></details></article>"
+        )
     return (
         f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
         f'{esc(record.get("sample"))} · <span class="tag {"ok" if kind == "agree" else "bad"}">'
@@ -1049,6 +1101,9 @@ article.rollout header { font-size: 13px; } .problem { font-size: 13px; margin: 
 .s.prefix { background: #dcfce7; } .s.suffix { background: #fee2e2; }
 .s.mistake { background: #fca5a5; outline: 2px solid #b91c1c; font-weight: 600; }
 .s.plain { background: #f1f5f9; }
+.completion.code { line-height: 1.5; } .completion.code .s { display: inline; }
+.completion.code .s sup { display: inline-block; min-width: 2.6em; font-size: 10px; vertical-align: baseline; }
+.execution pre { background: #fef2f2; border-color: #fecaca; }
 .clusters svg.chart { width: 170px; }
 .raw pre { background: #fffbeb; border-color: #fde68a; }
 article.rollout details summary { font-size: 12px; color: #374151; cursor: pointer; }

@@ -30,6 +30,9 @@ TOY = "toy"
 
 REWARD_FUNCS = ("math_answer", "overlong", "code_tests")
 
+TOY_DOMAINS = ("math", "code")
+"""Values of ``--domain``: the toy world (``math``) or the code world (``code``)."""
+
 
 @dataclass
 class RLScriptArguments(ScriptArguments):
@@ -113,6 +116,15 @@ class RLScriptArguments(ScriptArguments):
         default=2000, metadata={"help": "Number of toy training problems (toy world only)."}
     )
     toy_seed: int = field(default=0, metadata={"help": "Seed of the toy world's data and warm-up."})
+    domain: str = field(
+        default="math",
+        metadata={
+            "help": "Which offline toy world `toy` means: `math` (arithmetic chains answered in \\boxed{}) or `code` "
+            "(the same chains as stdin programs, tested in the sandbox: the code world of hf_meds_cliff.toy.code_world; "
+            "`hf-meds-cliff cliff --domain code` alone trains Cliff on it with its exact rule teacher).",
+            "choices": list(TOY_DOMAINS),
+        },
+    )
     max_prompt_tokens: int | None = field(
         default=2048,
         metadata={
@@ -130,12 +142,29 @@ class RLScriptArguments(ScriptArguments):
     )
 
 
-def toy_recipe_path(method: str) -> Path:
-    """The packaged CPU recipe used when a script runs without arguments."""
-    path = resources.files("hf_meds_cliff") / "recipes" / f"toy_{method}.yaml"
+def toy_recipe_path(method: str, domain: str = "math") -> Path:
+    """The packaged CPU recipe used when a script runs without arguments (``toy_<method>.yaml``, or
+    ``toy_<method>_code.yaml`` for the code world)."""
+    if domain not in TOY_DOMAINS:
+        raise ValueError(f"--domain {domain!r} is unknown; use one of {list(TOY_DOMAINS)}.")
+    suffix = "" if domain == "math" else f"_{domain}"
+    path = resources.files("hf_meds_cliff") / "recipes" / f"toy_{method}{suffix}.yaml"
     if not path.is_file():
-        raise ValueError(f"No packaged toy recipe for method={method!r} (looked for {path}).")
+        raise ValueError(
+            f"No packaged toy recipe for method={method!r} with --domain {domain} (looked for {path}); pass "
+            "--config with your own recipe."
+        )
     return Path(str(path))
+
+
+def _domain_argument(argv: Sequence[str]) -> str:
+    """The value of ``--domain`` in ``argv`` (``--domain code`` or ``--domain=code``), ``"math"`` without one."""
+    for index, argument in enumerate(argv):
+        if argument == "--domain" and index + 1 < len(argv):
+            return argv[index + 1]
+        if argument.startswith("--domain="):
+            return argument.split("=", 1)[1]
+    return "math"
 
 
 def build_parser(config_cls: type, *extra: type, prog: str | None = None) -> TrlParser:
@@ -183,10 +212,11 @@ def run_script(command: str, main: Callable[..., Any], parse_args: Callable[[], 
 
 
 def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:
-    """``argv`` with ``--config <the packaged toy recipe>`` first when it names neither config nor model."""
+    """``argv`` with ``--config <the packaged toy recipe>`` first when it names neither config nor model (the code
+    world's recipe with ``--domain code``)."""
     args = list(argv)
     if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
-        args = ["--config", str(toy_recipe_path(method)), *args]
+        args = ["--config", str(toy_recipe_path(method, _domain_argument(args))), *args]
     return args
 
 
@@ -274,11 +304,16 @@ def is_toy(value: str | None) -> bool:
 
 
 def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) -> str:
-    """Path or Hub id of the policy: the cached warmed-up toy policy for ``toy``/None, else as given.
+    """Path or Hub id of the policy: the cached warmed-up toy policy for ``toy``/None (the code world's with
+    ``--domain code``), else as given.
 
     A value that looks like a local path (starts with ``.``, ``/`` or ``~``) must exist.
     """
     name = model_args.model_name_or_path
+    if is_toy(name) and script_args.domain == "code":
+        from .toy.code_world import warmup_code_world
+
+        return str(warmup_code_world(seed=script_args.toy_seed))
     if is_toy(name):
         from .toy import warmup_toy_model
 
@@ -318,7 +353,12 @@ def dataset_domain(dataset) -> str:
 def load_train_dataset(script_args: RLScriptArguments):
     """Training split with ``prompt`` and ``answer`` columns (see :func:`hf_meds_cliff.data.prepare_math_dataset`),
     or for a code dataset ``prompt``, ``tests`` and ``fn_name`` (see :func:`hf_meds_cliff.data.prepare_code_dataset`;
-    ``--dataset_config lcbv5`` warns that it overlaps LiveCodeBench v5/v6)."""
+    ``--dataset_config lcbv5`` warns that it overlaps LiveCodeBench v5/v6); ``toy`` with ``--domain code`` is the code
+    world's ``prompt`` and ``tests`` (:func:`hf_meds_cliff.toy.code_task.make_code_dataset`)."""
+    if is_toy(script_args.dataset_name) and script_args.domain == "code":
+        from .toy.code_task import make_code_dataset
+
+        return make_code_dataset("train", script_args.toy_train_size, seed=script_args.toy_seed)
     if is_toy(script_args.dataset_name):
         from .toy import make_toy_dataset
 

@@ -1,7 +1,8 @@
 """Cliff training: ``scripts/train_cliff.py`` and ``hf-meds-cliff cliff`` (usage in that script).
 
 Trains :class:`~hf_meds_cliff.cliff.CliffGRPOTrainer`; ``--teacher_base_url/--teacher_model`` are shorthands
-for an HTTP teacher. No arguments = the toy world on CPU with the exact rule-based teacher.
+for an HTTP teacher. No arguments = the toy world on CPU with the exact rule-based teacher; ``--domain code`` alone = the
+code world (stdin programs, sandboxed test reward, the rule teacher locating the first wrong program line).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from ..judging import build_judge_messages, build_solve_messages, parse_judgment
+from ..judging import build_judge_messages, build_solve_messages, check_domain, parse_judgment
 from .base import Judgment, SolveFailure
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,8 @@ class OpenAICompatibleTeacher:
         extra_body: extra JSON fields merged into every request (e.g. ``{"top_p": 0.95}`` or
             ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
         name: label used in logs and metrics (defaults to ``model``).
+        domain: ``"math"`` (the default) or ``"code"``: which solve and judge prompts are sent
+            (:func:`~hf_meds_cliff.cliff.judging.build_judge_messages`).
     """
 
     def __init__(
@@ -102,7 +104,9 @@ class OpenAICompatibleTeacher:
         judge_max_tokens: int = 4096,
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
+        domain: str = "math",
     ):
+        check_domain(domain)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"`base_url` must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}."
@@ -127,6 +131,7 @@ class OpenAICompatibleTeacher:
         self.model = model
         self.api_key_env = api_key_env
         self.name = name or model
+        self.domain = domain
         self.max_concurrency = max_concurrency
         self.timeout = float(timeout)
         self.max_retries = max_retries
@@ -287,7 +292,9 @@ class OpenAICompatibleTeacher:
         self.counters["solve_calls"] += 1
         try:
             return await self._chat(
-                build_solve_messages(problem), self.solve_temperature, self.solve_max_tokens
+                build_solve_messages(problem, domain=self.domain),
+                self.solve_temperature,
+                self.solve_max_tokens,
             )
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
@@ -298,14 +305,20 @@ class OpenAICompatibleTeacher:
             logger.exception("Teacher %s raised while solving", self.name)
             return SolveFailure("error", f"{type(error).__name__}: {error}")
 
-    async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
-        """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception."""
+    async def judge(
+        self, problem: str, reference: str, sentences: Sequence[str], execution: str | None = None
+    ) -> Judgment:
+        """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception.
+
+        ``execution`` (code): what running the student's program showed, put into the code judge's prompt."""
         self.counters["judge_calls"] += 1
         if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
             self.counters["failures/empty"] += 1
             return Judgment(None, None, "empty", "empty rollout")
         try:
-            messages = build_judge_messages(problem, reference, sentences)
+            messages = build_judge_messages(
+                problem, reference, sentences, domain=self.domain, execution=execution
+            )
             answer = await self._chat(messages, self.judge_temperature, self.judge_max_tokens)
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
