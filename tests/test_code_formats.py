@@ -111,6 +111,8 @@ def test_extract_program_takes_the_last_python_or_bare_block():
     assert extract_program("```\nprint(3)\n```") == "print(3)\n"
     assert extract_program("```python\nprint(4)\n") is None  # cut off before the closing fence
     assert extract_program("plain text") is None
+    assert extract_program("Here: ```python\nprint(5)\n``` and done") == "print(5)\n"  # mid-line fences
+    assert extract_program("```python\nprint(6)\n``` ```\nprint(7)\n```") == "print(7)\n"
     with pytest.raises(TypeError, match="completion text"):
         extract_program(["not", "text"])
 

@@ -8,7 +8,7 @@ threat model.
 from .comparison import functional_result_matches, stdout_matches
 from .extraction import extract_program
 from .formats import CodeTests, TestCase, has_tests, parse_tests
-from .reward import CodeTestsReward
+from .reward import AsyncCodeTestsReward, CodeTestsReward
 from .runner import (
     TEST_STATUSES,
     TestCaseResult,
@@ -22,6 +22,7 @@ from .sandbox import SandboxLimits
 
 __all__ = [
     "TEST_STATUSES",
+    "AsyncCodeTestsReward",
     "CodeTests",
     "CodeTestsReward",
     "SandboxLimits",

@@ -28,13 +28,15 @@ limits, as a child subreaper that kills its orphaned descendants after each test
 """
 
 import builtins
+import collections
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
+import fractions
 import io
 import json
+import linecache
 import os
 import resource
 import select
@@ -53,12 +55,13 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 NAMESPACE_UID = 1000  # the unprivileged uid tests run as inside the namespace (host root only)
 STDERR_KEEP_BYTES = 4096
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library this interpreter is linked with
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
@@ -126,7 +129,7 @@ def _set_limits(limits):
     cap(resource.RLIMIT_CORE, 0)
 
 
-def _drop_privileges(run_as_uid, nproc_limit):
+def _drop_privileges(run_as_uid, nproc_limit, existing_processes):
     if run_as_uid is not None:
         os.setgroups([])
         os.setresgid(run_as_uid, run_as_uid, run_as_uid)
@@ -134,10 +137,10 @@ def _drop_privileges(run_as_uid, nproc_limit):
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc_limit, nproc_limit))
         os.setresuid(run_as_uid, run_as_uid, run_as_uid)  # a uid change drops every capability
     else:
-        if nproc_limit and os.geteuid() != 0:
-            # RLIMIT_NPROC counts every process of the uid; allow the ones that exist plus the budget.
-            existing = sum(1 for name in os.listdir("/proc") if name.isdigit())
-            resource.setrlimit(resource.RLIMIT_NPROC, (existing + nproc_limit, existing + nproc_limit))
+        if nproc_limit and existing_processes is not None:
+            # RLIMIT_NPROC counts every process of the (host) uid: allow those that existed plus the budget.
+            limit = existing_processes + nproc_limit
+            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
         for capability in range(64):
             if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
                 break
@@ -167,13 +170,35 @@ def _flush_streams():
             stream.flush()
 
 
+def _class_snapshot(kind):
+    return dict(vars(kind))
+
+
+# Standard-library classes defined in Python that correct solutions return (MBPP counts with Counter):
+# accepted while their class dictionaries are the ones captured before the program ran.
+_TRUSTED_PYTHON_CLASSES = {kind: _class_snapshot(kind) for kind in (collections.Counter, fractions.Fraction)}
+
+
+def _trusted(kind):
+    snapshot = _TRUSTED_PYTHON_CLASSES.get(kind)
+    if snapshot is None:
+        return False
+    current = vars(kind)
+    return len(current) == len(snapshot) and all(
+        current.get(name) is value for name, value in snapshot.items()
+    )
+
+
 def _is_plain(value, depth=0):
-    """Built only from types defined in C (whose equality a program cannot redefine)."""
+    """Built only from types defined in C (whose equality a program cannot redefine), or from trusted,
+    unmodified standard-library classes."""
     if depth > 100:
         return False
     kind = type(value)
-    if kind.__flags__ & (1 << 9):  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, patchable
+    if kind.__flags__ & (1 << 9) and not _trusted(kind):  # Py_TPFLAGS_HEAPTYPE: defined in Python, patchable
         return False
+    if isinstance(value, collections.Counter):
+        return all(_is_plain(key, depth + 1) and _is_plain(item, depth + 1) for key, item in value.items())
     if kind in (list, tuple, set, frozenset):
         return all(_is_plain(item, depth + 1) for item in value)
     if kind is dict:
@@ -216,12 +241,29 @@ def _find_function(namespace, fn_name):
     return function
 
 
+def _show_in_tracebacks(name, source):
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+
+
+def _print_program_traceback(error):
+    """The traceback without the harness's own frames (they say nothing about the program)."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename != __file__]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
+    lines += traceback.format_exception_only(type(error), error)
+    sys.stderr.write("".join(lines))
+
+
 def run_test_process(job, case_input, result_fd, nonce_fd):
     """Runs in the forked test process, after limits and privileges are set. Never returns."""
     _restore_standard_streams()
+    if (
+        "random" in sys.modules
+    ):  # preloaded in the fork server: give each test its own seed, as a new process has
+        sys.modules["random"].seed()
     status = 0
     try:
         try:
+            _show_in_tracebacks("<program>", job["program"])
             code = compile(job["program"], "<program>", "exec")
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
             _frame(result_fd, b"C", f"{type(error).__name__}: {error}".encode(errors="replace"))
@@ -249,7 +291,9 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
             namespace["__builtins__"] = dict(_CLEAN_BUILTINS)  # what the program did to builtins is undone
             sys.settrace(None)
             sys.setprofile(None)
+            _show_in_tracebacks("<test>", case_input)
             if job.get("setup_code"):
+                _show_in_tracebacks("<setup>", job["setup_code"])
                 exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
             exec(compile(case_input, "<test>", "exec"), namespace)  # noqa: S102
             _flush_streams()
@@ -265,7 +309,7 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
     except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
         status = 1
         try:
-            traceback.print_exc()
+            _print_program_traceback(error)
         except BaseException:  # noqa: BLE001 - e.g. MemoryError while formatting
             with contextlib.suppress(BaseException):
                 _write_all(2, f"{type(error).__name__}\n".encode())
@@ -294,19 +338,8 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
             os.killpg(test_pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    me = str(os.getpid())
     for _ in range(100):
-        children = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1].decode() == me:
-                children.append(int(name))
+        children = _children()
         for pid in children:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -314,6 +347,39 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
                 pass
         if not _reap(reaped) and not children:
             return
+
+
+def _children():
+    """This (single-threaded) process's children: the kernel's list, or a scan of /proc without it."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as listing:
+            return [int(pid) for pid in listing.read().split()]
+    except OSError:
+        pass
+    me, children = str(os.getpid()), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me:
+            children.append(int(name))
+    return children
+
+
+def _processes_of(uid):
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
 
 
 def _reap(reaped):
@@ -347,7 +413,6 @@ def run_one_test(job, control, message, in_pid_namespace):
     nonce_r, nonce_w = os.pipe()
     case_input = message["input"]
     stdin_bytes = case_input.encode() if kind == "stdin" else b""
-    nonce = os.urandom(16).hex().encode()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -372,7 +437,9 @@ def run_one_test(job, control, message, in_pid_namespace):
             report_fd = result_fd
             os.chdir(job["workdir"])
             _set_limits(limits)
-            _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"))
+            _drop_privileges(
+                job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes")
+            )
             run_test_process(job, case_input, result_fd, nonce_fd)
         except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
             try:
@@ -382,7 +449,9 @@ def run_one_test(job, control, message, in_pid_namespace):
         _exit(125)
     for fd in (stdin_r, stdout_w, stderr_w, result_w, nonce_r):
         os.close(fd)
-    _write_all(nonce_w, nonce)  # after the fork: the program never ran in a process that knew it before
+    # Drawn after the fork, so that the test process's memory (its copy of this one) never held it.
+    nonce = os.urandom(16).hex().encode()
+    _write_all(nonce_w, nonce)
     os.close(nonce_w)
     pidfd = os.pidfd_open(pid)
     buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
@@ -424,8 +493,9 @@ def run_one_test(job, control, message, in_pid_namespace):
                 continue
             buffer = buffers[fd]
             if fd == stderr_r:
-                if len(buffer) < STDERR_KEEP_BYTES * 4:
-                    buffer += chunk
+                buffer += chunk
+                if len(buffer) > STDERR_KEEP_BYTES * 4:
+                    del buffer[: -STDERR_KEEP_BYTES * 2]  # keep the end: the traceback comes last
             else:
                 buffer += chunk
                 if len(buffer) > max_output:
@@ -540,10 +610,68 @@ _KEPT_FLAGS = {
 }
 
 
-def _confine_filesystem(workdir):
-    """Every mount read-only but the program's folder (bind-mounted onto itself first); a fresh /proc."""
+def _interpreter_paths():
+    """The directories the interpreter reads modules from."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.update(path for path in sys.path if path and os.path.isdir(path))
+    paths = sorted(os.path.realpath(path) for path in paths)
+    # keep only the outermost of nested paths
+    return [
+        path for path in paths if not any(path != other and path.startswith(other + "/") for other in paths)
+    ]
+
+
+def _private_ancestor(path):
+    """The outermost ancestor of ``path`` that other users cannot enter (e.g. a 0700 /root), or None."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        try:
+            if not os.stat(current).st_mode & 0o001:
+                return current
+        except OSError:
+            return None
+    return None
+
+
+def _hide_homes(workdir, extra_homes):
+    """Hide home directories under empty tmpfs mounts, with the interpreter's own directories bound back
+    at their paths: the program can import the standard library and site-packages but sees nothing else
+    of the home (tokens, caches, keys). Hidden: every private (0700-like) ancestor of an interpreter
+    directory, which an unprivileged uid could not enter anyway (pyenv under /root), and the caller's
+    home (``extra_homes``), whose files a program running as the caller's own uid could read.
+    A home holding the program's folder stays visible."""
+    interpreter = _interpreter_paths()
+    homes = {home for home in (_private_ancestor(path) for path in interpreter) if home is not None}
+    homes.update(os.path.realpath(home) for home in extra_homes if home and os.path.isdir(home))
+    homes = {home for home in homes if home != "/" and not (workdir + "/").startswith(home + "/")}
+    homes = sorted(home for home in homes if not any(home.startswith(other + "/") for other in homes))
+    for number, home in enumerate(homes):
+        inside = [path for path in interpreter if path.startswith(home + "/")]
+        stages = []
+        for index, path in enumerate(inside):
+            stage = os.path.join(workdir, f".interpreter-{number}-{index}")
+            os.mkdir(stage)
+            _mount(path, stage, None, MS_BIND | MS_REC)
+            stages.append(stage)
+        _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+        for path, stage in zip(inside, stages):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(stage, path, None, MS_BIND | MS_REC)
+            _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+            os.rmdir(stage)
+    return homes
+
+
+def _confine_filesystem(workdir, owner, size_mb, homes):
+    """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
+    ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
+    hidden (see :func:`_hide_homes`); a fresh /proc (or none, where a fresh one is refused). Returns the
+    hidden homes, the mounts that could not be made read-only and what /proc shows."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(workdir, workdir, None, MS_BIND | MS_REC)
+    options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    hidden = _hide_homes(workdir, homes)
     failures = []
     with open("/proc/self/mountinfo") as mountinfo:
         mounts = [line.split() for line in mountinfo]
@@ -558,8 +686,14 @@ def _confine_filesystem(workdir):
             _mount(None, target, None, flags)
         except OSError as error:
             failures.append(f"{target}: {error.strerror}")
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return failures
+    try:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        proc = "fresh"
+    except OSError:
+        # Refused where the host's /proc has masked paths (Docker): hide it instead of showing the host's.
+        _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=555")
+        proc = "hidden"
+    return hidden, failures, proc
 
 
 def _write_map(path, text):
@@ -571,10 +705,12 @@ def isolate_and_serve(job, control):
     """B0: fork B1 into new namespaces, map its ids, wait. Returns False if namespaces are refused."""
     ready_r, ready_w = os.pipe()  # B1 -> B0: unshare done (b"1") or refused (b"0" + reason)
     go_r, go_w = os.pipe()  # B0 -> B1: maps written
+    setup_r, setup_w = os.pipe()  # B2 -> B0: confined and serving (b"1") or failed (b"0" + reason)
     pid = os.fork()
     if pid == 0:  # B1
         os.close(ready_r)
         os.close(go_w)
+        os.close(setup_r)
         flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         if _libc.unshare(flags) != 0:
             reason = os.strerror(ctypes.get_errno())
@@ -593,17 +729,29 @@ def isolate_and_serve(job, control):
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 _prctl(PR_SET_DUMPABLE, 0)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                failures = _confine_filesystem(job["workdir"])
-                socket.sethostname("sandbox")
+                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
+                owner = job["run_as_uid"] or 0
+                try:
+                    hidden, failures, proc = _confine_filesystem(
+                        job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
+                    )
+                    socket.sethostname("sandbox")
+                except BaseException as error:  # noqa: BLE001 - reported to B0, which serves without isolation
+                    _write_all(setup_w, b"0" + f"{type(error).__name__}: {error}".encode(errors="replace"))
+                    _exit(1)
+                _write_all(setup_w, b"1")
+                os.close(setup_w)
                 isolation = {
                     "isolated": True,
                     "reason": None,
+                    "hidden_homes": hidden,
                     "readonly_failures": failures,
+                    "proc": proc,
                     "network_reachable": _network_reachable(),
                 }
-                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
                 serve(job, control, True, isolation)
                 _exit(0)
+            os.close(setup_w)
             _, status = os.waitpid(init, 0)
             _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
         except BaseException:  # noqa: BLE001
@@ -621,6 +769,8 @@ def isolate_and_serve(job, control):
             break
     if answer[:1] != b"1":
         os.waitpid(pid, 0)
+        os.close(setup_r)
+        os.close(setup_w)
         return answer[1:].decode(errors="replace") or "unshare failed"
     try:
         sandbox_uid = job.get("sandbox_uid")
@@ -635,9 +785,25 @@ def isolate_and_serve(job, control):
     except OSError as error:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        os.close(setup_r)
+        os.close(setup_w)
         return f"writing the uid/gid maps failed: {error}"
     _write_all(go_w, b"1")
     os.close(go_w)
+    os.close(setup_w)
+    status = b""
+    while len(status) < 1 or status[:1] == b"0":
+        chunk = _read(setup_r, 4096)
+        if not chunk:
+            break
+        status += chunk
+    os.close(setup_r)
+    if status[:1] != b"1":
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "setting up the namespaces failed: " + (
+            status[1:].decode(errors="replace") or "the sandbox init died"
+        )
     control.closed = True  # B2 owns the conversation from here
     _, status = os.waitpid(pid, 0)
     _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
@@ -655,16 +821,54 @@ def _network_reachable():
         probe.close()
 
 
+# Imported once per program, before any test forks: the tests start faster, and these stay importable where
+# the interpreter's files are private to another user and cannot be re-exposed (limits-only mode as root).
+PRELOADED_MODULES = [
+    "array",
+    "bisect",
+    "collections",
+    "copy",
+    "datetime",
+    "decimal",
+    "enum",
+    "fractions",
+    "functools",
+    "heapq",
+    "itertools",
+    "math",
+    "operator",
+    "queue",
+    "random",
+    "re",
+    "string",
+    "struct",
+    "typing",
+]
+
+
+def _preload():
+    for name in PRELOADED_MODULES:
+        with contextlib.suppress(ImportError):
+            __import__(name)
+
+
 def main():
+    """B0: serve one program's job, read from fd 0, answering on fd 1."""
     control = Control(os.dup(0), os.dup(1))
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _preload()
     job = control.receive()
     if job is None:
         return
+    sys.path.extend(path for path in job.get("site_packages", []) if path not in sys.path)
+    if os.getuid() != 0:  # counted here, in the host's PID namespace, where the kernel counts them
+        job["existing_processes"] = _processes_of(os.getuid())
+    os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]
     reason = "isolation disabled by the caller"
     if job.get("isolate"):
         reason = isolate_and_serve(job, control)  # returns only if the namespaces were refused
@@ -681,5 +885,53 @@ def main():
     )
 
 
+def fork_server(request_fd):
+    """A pristine template process: it never runs a program, it only forks B0 processes on request.
+
+    The caller sends ``b"fork"`` with three descriptors (the job pipe, the answer pipe, stderr) over the
+    Unix socket ``request_fd``; the template forks a child that becomes the session leader B0 on those
+    descriptors and answers its pid. Each child starts from this process's untouched interpreter state
+    (as with multiprocessing's forkserver), so it shares nothing with any other program, without paying
+    for a new interpreter. The template exits when its stdin (held by the caller) reaches end of file.
+    """
+    _preload()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the B0 processes
+    requests = socket.socket(fileno=request_fd)
+    while True:
+        ready, _, _ = select.select([0, requests], [], [])
+        if 0 in ready and not _read(0, 1):
+            _exit(0)  # the caller is gone
+        if requests not in ready:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(requests, 16, 3)
+        except OSError:
+            _exit(0)
+        if not message:
+            _exit(0)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            requests.send(b"-1")
+            continue
+        pid = os.fork()
+        if pid == 0:
+            try:
+                requests.detach()  # its descriptor is closed below; the object must not close a reused number
+                os.setsid()
+                for source, target in zip(fds, (0, 1, 2)):
+                    os.dup2(source, target)
+                os.closerange(3, 65536)
+                main()
+            finally:
+                _exit(0)
+        for fd in fds:
+            os.close(fd)
+        requests.send(str(pid).encode())
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--fork-server":
+        fork_server(int(sys.argv[2]))
+    else:
+        main()

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 
-# A fence opens a line (after optional indentation), with an optional language tag; the block ends at the
-# next line that starts with a fence. Only Python (``python``, ``python3``, ``py``) and untagged blocks count.
-_FENCE = re.compile(
-    r"^[ \t]*```[ \t]*(?P<language>[A-Za-z0-9_+#.-]*)[^\n]*\n(?P<code>.*?)^[ \t]*```",
-    re.MULTILINE | re.DOTALL,
-)
+# A block opens with a fence and an optional language tag ending its line, and closes at the next fence;
+# fences may stand mid-line, as LiveCodeBench's and DeepCoder's extractors allow. Only Python (``python``,
+# ``python3``, ``py``) and untagged blocks count.
+_FENCE = re.compile(r"```[ \t]*(?P<language>[A-Za-z0-9_+#.-]*)[^\n`]*\n(?P<code>.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"", "python", "python3", "py", "py3"}
 
 

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from ..data import completion_text
 from .extraction import extract_program
 from .formats import has_tests, parse_tests
-from .runner import TEST_STATUSES, TestRunResult, run_tests_batch
+from .runner import TEST_STATUSES, TestRunResult, arun_tests_batch, run_tests_batch
 from .sandbox import SandboxLimits
 
 REWARD_MODES: tuple[str, ...] = ("binary", "fraction")
@@ -109,6 +109,19 @@ class CodeTestsReward:
         log_extra: Callable[[str, list], None] | None = None,
         **kwargs: Any,
     ) -> list[float | None]:
+        jobs, positions = self._jobs(completions, tests, kwargs)
+        runs = run_tests_batch(jobs, max_workers=self.max_workers, **self._run_settings())
+        return self._scores(len(completions), positions, runs, log_metric, log_extra)
+
+    def _run_settings(self) -> dict[str, Any]:
+        return {
+            "limits": self.limits,
+            "stop_at_first_failure": self.stop_at_first_failure,
+            "max_tests": self.max_tests,
+        }
+
+    def _jobs(self, completions: Sequence[Any], tests: Sequence[Any] | None, kwargs: dict[str, Any]):
+        """The (program, parsed tests) of every gradable row, and those rows' positions."""
         column = tests if self.tests_column == "tests" else kwargs.get(self.tests_column)
         if column is None:
             raise ValueError(
@@ -127,14 +140,17 @@ class CodeTestsReward:
             parsed = parse_tests(raw_tests, fn_name=_row_fn_name(position, fn_names, metadata), row=position)
             jobs.append((extract_program(completion_text(completion)), parsed))
             positions.append(position)
-        runs = run_tests_batch(
-            jobs,
-            max_workers=self.max_workers,
-            limits=self.limits,
-            stop_at_first_failure=self.stop_at_first_failure,
-            max_tests=self.max_tests,
-        )
-        results: list[TestRunResult | None] = [None] * len(completions)
+        return jobs, positions
+
+    def _scores(
+        self,
+        num_rows: int,
+        positions: list[int],
+        runs: list[TestRunResult],
+        log_metric: Callable[[str, float], None] | None,
+        log_extra: Callable[[str, list], None] | None,
+    ) -> list[float | None]:
+        results: list[TestRunResult | None] = [None] * num_rows
         for position, run in zip(positions, runs):
             results[position] = run
         self.last_results = results
@@ -158,9 +174,33 @@ class CodeTestsReward:
 
     def __repr__(self) -> str:
         return (
-            f"CodeTestsReward(mode={self.mode!r}, limits={self.limits!r}, max_tests={self.max_tests}, "
+            f"{type(self).__name__}(mode={self.mode!r}, limits={self.limits!r}, max_tests={self.max_tests}, "
             f"stop_at_first_failure={self.stop_at_first_failure}, max_workers={self.max_workers})"
         )
+
+
+class AsyncCodeTestsReward(CodeTestsReward):
+    """:class:`CodeTestsReward` as a coroutine: TRL (1.16) awaits async reward functions on its event
+    loop, concurrently with the other async reward functions of the step, instead of blocking on it. Same
+    arguments, scores and metrics.
+
+    >>> import asyncio
+    >>> reward = AsyncCodeTestsReward(limits=SandboxLimits(timeout_s=5))
+    >>> asyncio.run(reward(["```python\\nprint(5)\\n```"], tests=['[{"input": "", "output": "5"}]']))
+    [1.0]
+    """
+
+    async def __call__(  # type: ignore[override]
+        self,
+        completions: Sequence[Any],
+        tests: Sequence[Any] | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        log_extra: Callable[[str, list], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        jobs, positions = self._jobs(completions, tests, kwargs)
+        runs = await arun_tests_batch(jobs, max_workers=self.max_workers, **self._run_settings())
+        return self._scores(len(completions), positions, runs, log_metric, log_extra)
 
 
 def _run_status(run: TestRunResult) -> str:
