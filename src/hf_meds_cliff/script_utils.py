@@ -60,8 +60,12 @@ class RLScriptArguments(ScriptArguments):
             "DeepCoder keeps 15); default all."
         },
     )
-    code_timeout: float = field(
-        default=6.0, metadata={"help": "`code_tests` reward: wall-clock limit per test in seconds."}
+    code_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "`code_tests` reward: wall-clock limit per test in seconds (default: the sandbox's, "
+            "hf_meds_cliff.code.SandboxLimits.timeout_s)."
+        },
     )
     problem_column: str = field(
         default="problem",
@@ -241,7 +245,7 @@ def check_compatibility(script_args: RLScriptArguments, training_args, model_arg
         raise ValueError(
             f"--code_max_tests {script_args.code_max_tests} must be >= 1 (or unset for all tests)."
         )
-    if not script_args.code_timeout > 0:
+    if script_args.code_timeout is not None and not script_args.code_timeout > 0:
         raise ValueError(f"--code_timeout {script_args.code_timeout} must be > 0 seconds.")
     if "overlong" in script_args.reward_funcs:
         max_len = training_args.max_completion_length
@@ -388,7 +392,9 @@ def build_reward_funcs(script_args: RLScriptArguments, training_args, domain: st
             funcs.append(
                 CodeTestsReward(
                     mode="binary",
-                    limits=SandboxLimits(timeout_s=script_args.code_timeout),
+                    limits=SandboxLimits()
+                    if script_args.code_timeout is None
+                    else SandboxLimits(timeout_s=script_args.code_timeout),
                     max_tests=script_args.code_max_tests,
                 )
             )

@@ -22,6 +22,9 @@ name               source                                          tests
 ``deepcoder_lcb``  the same, ``lcbv5`` config, test split          the row's ``tests``
 =================  ==============================================  ==========================================
 
+LiveCodeBench and DeepCoder programs run after :data:`GRADER_PRELUDE` (the standard-library imports their own
+graders put first); HumanEval programs after the prompt's imports; MBPP and CodeContests programs as written.
+
 Local ``.jsonl``/``.json``/``.parquet`` files in the LiveCodeBench, CodeContests, DeepCoder, HumanEval or MBPP
 schema are recognised by their columns (:func:`detect_code_format`).
 """
@@ -154,6 +157,23 @@ def decode_private_tests(encoded: str, *, row: int | None = None) -> list[dict[s
 # ----------------------------------------------------------------------------------------------
 # One converter per source schema: a raw row -> the pieces of a code problem
 
+GRADER_PRELUDE = """\
+import bisect, collections, functools, heapq, itertools, math, random, re, string, sys
+from bisect import *
+from collections import *
+from functools import *
+from heapq import *
+from itertools import *
+from math import *
+from typing import *
+from builtins import *
+sys.setrecursionlimit(50000)
+"""
+"""Put before LiveCodeBench and DeepCoder programs, as their graders do: the everyday standard-library modules and
+their names (``List``, ``defaultdict``, ``heappush``, ``gcd``, ...) are available without an import, so a LeetCode
+solution that uses ``List[int]`` from the starter code without importing it is graded as LiveCodeBench grades it.
+``from builtins import *`` comes last so that ``math.pow`` does not shadow the builtin ``pow``."""
+
 
 @dataclass
 class CodeRow:
@@ -231,6 +251,7 @@ def livecodebench_row(row: Mapping[str, Any], index: int) -> CodeRow:
         tests=tests,
         fn_name=metadata.get("func_name") or None,
         starter_code=row.get("starter_code") or None,
+        program_prefix=GRADER_PRELUDE,
         info={
             "platform": row.get("platform"),
             "difficulty": row.get("difficulty"),
@@ -264,6 +285,7 @@ def deepcoder_row(row: Mapping[str, Any], index: int) -> CodeRow:
         tests=tests,
         fn_name=code_function_name(tests, metadata, row=index),
         starter_code=starter,
+        program_prefix=GRADER_PRELUDE,
     )
 
 
@@ -411,6 +433,16 @@ def _humaneval_package_rows() -> list[dict[str, Any]] | None:
         return [json.loads(line) for line in handle if line.strip()]
 
 
+def _jsonl_rows(paths: Iterable[str]):
+    """The rows of JSON-lines files, read line by line: LiveCodeBench's lines hold megabytes of encoded tests (which
+    Arrow's JSON reader needs growing block sizes for), and its ``contest_date`` stays the text it is."""
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield json.loads(line)
+
+
 def _hub_rows(spec: CodeBenchmarkSpec, lcb_version: str):
     import datasets
 
@@ -425,7 +457,7 @@ def _hub_rows(spec: CodeBenchmarkSpec, lcb_version: str):
             hf_hub_download(spec.dataset_id, name, repo_type="dataset")
             for name in livecodebench_files(lcb_version)
         ]
-        return datasets.load_dataset("json", data_files={"test": files}, split="test")
+        return _jsonl_rows(files)
     return datasets.load_dataset(spec.dataset_id, spec.config_name, split=spec.split)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpointing import read_json_file, write_atomically, write_json_atomically
+from ..code import SandboxLimits
 from ..data import CODE_PROMPT_TEMPLATES, PROMPT_TEMPLATES
 from ..rewards import DEFAULT_FLOAT_ROUNDING, DEFAULT_TIMEOUT_SECONDS, MathVerifyPool, check_answers
 from .benchmarks import EvalProblem, known_benchmarks, load_benchmark, resolve_benchmark_name
@@ -67,6 +68,8 @@ _SAMPLE_DEFINING_FIELDS = (
     "code_memory_mb",
     "code_max_tests",
 )
+
+_SANDBOX_DEFAULTS = SandboxLimits()
 
 NO_CODE = "no_code"
 """Status of a code sample whose completion has no fenced code block (scored incorrect)."""
@@ -121,7 +124,8 @@ class EvalArguments:
     prompt_template: str = field(
         default="qwen_math",
         metadata={
-            "help": "How real benchmark problems become chat prompts (the toy prompts are used as they are).",
+            "help": "How math benchmark problems become chat prompts (the toy prompts are used as they are; code "
+            "benchmarks use --code_prompt_template).",
             "choices": [t for t in PROMPT_TEMPLATES if t != "keep"],
         },
     )
@@ -188,12 +192,12 @@ class EvalArguments:
         },
     )
     code_timeout: float = field(
-        default=6.0,
-        metadata={"help": "Code benchmarks: wall-clock limit per test in seconds (sandbox timeout_s)."},
+        default=_SANDBOX_DEFAULTS.timeout_s,
+        metadata={"help": "Code benchmarks: wall-clock limit per test in seconds (the sandbox's timeout_s)."},
     )
     code_memory_mb: int = field(
-        default=2048,
-        metadata={"help": "Code benchmarks: memory limit of a program in MiB (sandbox memory_mb)."},
+        default=_SANDBOX_DEFAULTS.memory_mb,
+        metadata={"help": "Code benchmarks: memory limit of a program in MiB (the sandbox's memory_mb)."},
     )
     code_max_tests: int | None = field(
         default=None,
@@ -400,8 +404,6 @@ def _score(
 
 def code_limits(args: EvalArguments):
     """The sandbox limits of a code evaluation (:class:`hf_meds_cliff.code.SandboxLimits`)."""
-    from ..code import SandboxLimits
-
     return SandboxLimits(timeout_s=args.code_timeout, memory_mb=args.code_memory_mb)
 
 
