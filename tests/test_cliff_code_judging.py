@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import needs_qwen_tokenizer
 
 from hf_meds_cliff.cliff import Judgment, code_unit_texts, parse_judgment, split_code_units
 from hf_meds_cliff.cliff.judging import (
@@ -266,3 +267,138 @@ def test_a_crashing_test_run_is_counted_and_the_teacher_still_judges():
         judge.close()
     assert outcome.counters["execution_failures/error"] == 2
     assert outcome.first_mistake[1] == 3 and [execution for _, execution in teacher.judged] == [None, None]
+
+
+# --- on Qwen's real tokenizer, with the real sandbox ------------------------------------------------------------
+
+QWEN_ROLLOUT = (
+    "<think>\nThe sum 1 + ... + n. A loop works; e.g. n = 3 gives 6.\n</think>\n\n"
+    "We read n and add the numbers up.\n\n"
+    "```python\n"
+    "import sys\n"
+    "\n"
+    "def main():\n"
+    "    n = int(sys.stdin.readline())\n"
+    "    total = 0\n"
+    "    for i in range(1, n):  # 1..n-1\n"
+    "        total += i\n"
+    "    print(total)\n"
+    "\n"
+    "main()\n"
+    "```\n"
+    "This is O(n)."
+)
+SUM_TESTS = json.dumps(
+    [{"input": f"{n}\n", "output": f"{n * (n + 1) // 2}\n", "testtype": "stdin"} for n in (3, 1, 10)]
+)
+
+
+@pytest.fixture(scope="module")
+def qwen_tokenizer():
+    from hf_meds_cliff.toy.qwen_world import load_qwen_tokenizer
+
+    return load_qwen_tokenizer()
+
+
+@needs_qwen_tokenizer
+def test_judge_prompt_of_a_qwen_decoded_rollout_keeps_every_numbered_line(qwen_tokenizer):
+    """The text the trainer judges is Qwen's decode of the rollout's ids; its units, numbered in the code judge's
+    prompt and rendered with Qwen's chat template, come back line for line, with the failing test."""
+    from hf_meds_cliff.cliff.code_domain import CodeTestRunner
+
+    ids = qwen_tokenizer(QWEN_ROLLOUT, add_special_tokens=False)["input_ids"] + [qwen_tokenizer.eos_token_id]
+    text = qwen_tokenizer.decode(ids, skip_special_tokens=True)
+    assert text == QWEN_ROLLOUT
+    units = code_unit_texts(text)
+    truth = json.dumps({"tests": SUM_TESTS, "fn_name": None})
+    execution = CodeTestRunner().describe_failure(text, truth)
+    assert execution.startswith("The program failed test 1 of 3: wrong answer.")
+    assert "Input:\n```\n3\n```\nExpected output:\n```\n6\n```\nActual output:\n```\n3\n```" in execution
+    messages = build_judge_messages(PROBLEM, REFERENCE, units, domain="code", execution=execution)
+    rendered = qwen_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert rendered.startswith("<|im_start|>system\n" + CODE_JUDGE_SYSTEM_PROMPT)
+    numbered = rendered.split("numbered from 0)\n", 1)[1].split("\n\n## Result", 1)[0]
+    loop = next(k for k, unit in enumerate(units) if "range(1, n)" in unit)
+    assert f"[{loop}]     for i in range(1, n):  # 1..n-1" in numbered.splitlines()
+    # every unit's text is in the prompt, in order, under its number
+    position = 0
+    for index, unit in enumerate(units):
+        position = numbered.index(f"[{index}] {unit.rstrip()}", position)
+    assert execution in rendered
+    # the prompt round-trips through Qwen's tokenizer (what a served Qwen teacher reads)
+    prompt_ids = qwen_tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert qwen_tokenizer.decode(prompt_ids) == rendered
+
+
+@needs_qwen_tokenizer
+def test_reference_filter_runs_qwen_decoded_teacher_programs(qwen_tokenizer):
+    """A teacher's reply (reasoning, then the program) decoded from Qwen ids is verified by running its last fenced
+    block on the row's tests: the right program passes, an off-by-one one and a reply without code do not."""
+    from hf_meds_cliff.cliff.code_domain import CodeTestRunner
+
+    runner = CodeTestRunner()
+    truth = json.dumps({"tests": SUM_TESTS, "fn_name": None})
+
+    def decoded(reply: str) -> str:
+        ids = qwen_tokenizer(reply, add_special_tokens=False)["input_ids"]
+        return qwen_tokenizer.decode(ids, skip_special_tokens=True)
+
+    right = decoded("<think>\nGauss.\n```python\nprint(0)\n```\n</think>\n\n" + REFERENCE)
+    assert runner.verify(right, truth)  # the last block counts, not the draft in the reasoning
+    assert not runner.verify(decoded(QWEN_ROLLOUT), truth)
+    assert not runner.verify(decoded("The answer is n(n+1)/2."), truth)
+    assert runner.describe_failure(decoded("The answer is n(n+1)/2."), truth).startswith("No program")
+
+
+def test_self_consistency_on_code_runs_each_program_once_and_judges_it_k_times():
+    teacher = ScriptedCodeTeacher(REFERENCE)
+    judge, calls = _judge(teacher, self_consistency=3)
+    try:
+        rows = _code_rows()
+        rows.completions[3] = WRONG.replace("total = 0", "total = 1")
+        outcome = judge.process_step(rows)
+    finally:
+        judge.close()
+    assert sum(1 for call in calls if call[0] == "describe") == 2 and outcome.counters["executions"] == 2
+    assert outcome.counters["judge_calls"] == 6 and len(teacher.judged) == 6
+    assert all(execution is not None and execution.startswith("ran: ") for _, execution in teacher.judged)
+    assert outcome.first_mistake[1] == outcome.first_mistake[3] == 3
+    assert outcome.judge_details[1]["votes"] == [3, 3, 3]
+
+
+def test_http_teacher_sends_the_code_prompts_with_the_test_result():
+    """Over HTTP (scripted loopback server): the code teacher's solve request asks for a program, its judge request
+    carries the numbered lines and the execution, and the unit id comes back through the parser."""
+    import asyncio
+
+    from hf_meds_cliff.cliff.teachers import build_teacher
+    from hf_meds_cliff.testing import LoopbackChatServer, Reply
+
+    def responder(body, index):
+        if body["messages"][0]["content"] == CODE_INSTRUCTION:
+            return Reply(content=f"Use Gauss.\n{REFERENCE}")
+        return Reply(content='Line [3] stops at n-1.\n{"final_answer_correct": false, "first_mistake": 3}')
+
+    with LoopbackChatServer(responder) as server:
+        teacher = build_teacher("http", base_url=server.base_url, model="m", domain="code", max_retries=0)
+
+        async def run():
+            try:
+                solution = await teacher.solve(PROBLEM)
+                judgment = await teacher.judge(
+                    PROBLEM, REFERENCE, code_unit_texts(WRONG), execution=EXECUTION
+                )
+                return solution, judgment
+            finally:
+                await teacher.aclose()
+
+        solution, judgment = asyncio.run(run())
+        solve_body, judge_body = (request.body for request in server.requests)
+    assert teacher.domain == "code" and solution.endswith(REFERENCE)
+    assert solve_body["messages"] == build_solve_messages(PROBLEM, domain="code")
+    assert judge_body["messages"] == build_judge_messages(
+        PROBLEM, REFERENCE, code_unit_texts(WRONG), domain="code", execution=EXECUTION
+    )
+    assert (judgment.first_mistake, judgment.status) == (3, "ok")
+    with pytest.raises(ValueError, match="domain='sql' is unknown"):
+        build_teacher("http", base_url=server.base_url, model="m", domain="sql")

@@ -136,7 +136,7 @@ def tiny_policy(tokenizer):
     )
 
 
-def code_trainer(tmp_path, tokenizer, reward_funcs=None, teacher=..., **config):
+def code_trainer(tmp_path, tokenizer, reward_funcs=None, teacher=..., dataset=None, **config):
     """A Cliff trainer on the scripted code rollouts (``teacher=None``: built from the config)."""
     from hf_meds_cliff.code import CodeTestsReward
 
@@ -151,7 +151,7 @@ def code_trainer(tmp_path, tokenizer, reward_funcs=None, teacher=..., **config):
         model=tiny_policy(tokenizer),
         reward_funcs=reward_funcs if reward_funcs is not None else [CodeTestsReward(mode="binary")],
         args=CliffConfig(**settings),
-        train_dataset=code_dataset(),
+        train_dataset=code_dataset() if dataset is None else dataset,
         processing_class=tokenizer,
         rollout_func=rollout_func,
         teacher=ScriptedCodeTeacher() if teacher is ... else teacher,
@@ -272,4 +272,31 @@ def test_domain_is_read_from_the_reward_or_set_and_checked(tmp_path, qwen_tokeni
     with pytest.raises(ValueError, match="prompts for the 'math' domain but this run is 'code'"):
         code_trainer(tmp_path, qwen_tokenizer, teacher=OpenAICompatibleTeacher("http://127.0.0.1:9/v1", "m"))
     with pytest.raises(ValueError, match="no 'cases' column .*--cliff_tests_column"):
-        code_trainer(tmp_path, qwen_tokenizer, cliff_tests_column="cases")
+        code_trainer(
+            tmp_path, qwen_tokenizer, reward_funcs=[binary], cliff_domain="code", cliff_tests_column="cases"
+        )
+    # The tests column follows the code reward's; naming another one is refused.
+    from hf_meds_cliff.code import CodeTestsReward
+
+    renamed = code_dataset().rename_column("tests", "cases")
+    reward = CodeTestsReward(tests_column="cases")
+    assert code_trainer(tmp_path, qwen_tokenizer, [reward], dataset=renamed).cliff_tests_column == "cases"
+    with pytest.raises(ValueError, match="grades the tests of column 'cases'.*--cliff_tests_column cases"):
+        code_trainer(tmp_path, qwen_tokenizer, [reward], dataset=renamed, cliff_tests_column="other")
+
+
+def test_the_default_rule_teacher_refuses_a_users_own_code_dataset(tmp_path, qwen_tokenizer):
+    """A TRL user's own code data with the default teacher: the code world's rule teacher cannot read it, and the
+    trainer says so at start-up instead of letting every group fall back to plain GRPO."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": "Given a list of integers, print the largest one."}]] * 2,
+            "tests": ['[{"input": "1 5 2\\n", "output": "5\\n", "testtype": "stdin"}]'] * 2,
+        }
+    )
+    with pytest.raises(
+        ValueError, match=r"code world's exact checker and reads only toy questions .*--cliff_teacher"
+    ):
+        code_trainer(tmp_path, qwen_tokenizer, teacher=None, dataset=dataset)

@@ -59,3 +59,23 @@ def test_code_rollouts_show_numbered_lines_the_mistaken_line_and_the_failing_tes
     # the math rollout keeps the sentence wording
     math_article = page.split('<article class="rollout"')[2]
     assert "· code ·" not in math_article and "running the program" not in math_article
+
+
+def test_report_survives_sibling_folders_vanishing_while_it_looks_for_eval_summaries(tmp_path, monkeypatch):
+    """A run under a shared parent (``/tmp``): a sibling deleted mid-walk makes ``Path.glob`` raise; the report
+    retries the walk instead of failing."""
+    from pathlib import Path
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cliff_rollouts.jsonl").write_text("")
+    real_glob, failures = Path.glob, []
+
+    def flaky_glob(self, pattern):
+        if self == tmp_path and not failures:
+            failures.append(pattern)
+            raise FileNotFoundError(2, "No such file or directory", str(tmp_path / "vanished"))
+        return real_glob(self, pattern)
+
+    monkeypatch.setattr(Path, "glob", flaky_glob)
+    assert write_report(run).is_file() and failures

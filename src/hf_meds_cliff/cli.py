@@ -7,6 +7,7 @@
     hf-meds-cliff grpo   [--config recipe.yaml] [training flags] [accelerate launch flags]
     hf-meds-cliff eval   --model_name_or_path M --output_dir D [evaluation flags]
     hf-meds-cliff report RUN_DIR [-o report.html]
+    hf-meds-cliff judge-eval --data Qwen/ProcessBench|FILE|toy [teacher flags] [--output_json PATH]
 
 The training commands take exactly the arguments of ``scripts/train_<method>.py`` (both run the code of
 :mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags
@@ -99,6 +100,15 @@ def run_eval_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def run_judge_eval_command(argv: Sequence[str]) -> int:
+    from .scripts import judge_eval
+
+    args = judge_eval.make_parser(prog=f"{PROG} judge-eval").parse_args_into_dataclasses(args=list(argv))[0]
+    judge_eval.configure_logging()
+    judge_eval.main(args)
+    return 0
+
+
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "run_dir", help="Output directory of a training run (what `hf-meds-cliff meds/cliff/grpo` wrote)."
@@ -155,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "a run.",
         allow_abbrev=False,
     )
-    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report}")
+    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report,judge-eval}")
     for name, (_, help_text) in TRAINING_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
     commands.add_parser(
@@ -163,6 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "report", help="Write RUN_DIR/report.html, a self-contained view of a run.", add_help=False
+    )
+    commands.add_parser(
+        "judge-eval",
+        help="Measure a Cliff teacher on labelled first-mistake data (ProcessBench format, or the toy world's).",
+        add_help=False,
     )
     return parser
 
@@ -180,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_training_command(args.command, rest)
     if args.command == "eval":
         return run_eval_command(rest)
+    if args.command == "judge-eval":
+        return run_judge_eval_command(rest)
     return run_report_command(rest)
 
 

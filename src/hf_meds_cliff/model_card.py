@@ -211,6 +211,10 @@ class MethodModelCardMixin:
         """The task domain the run trained on (``"math"``/``"code"``), stated in the card; None: not stated."""
         return None
 
+    def _method_card_sections(self) -> str:
+        """Extra Markdown appended after the method section (a subclass's measured facts, e.g. teacher cost)."""
+        return ""
+
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
@@ -235,6 +239,9 @@ class MethodModelCardMixin:
             summary,
             domain=domain,
         )
+        extra = self._method_card_sections()
+        if extra:
+            card.text += "\n" + extra
         if summary is not None:
             apply_passk_metadata(card, summary, name, TASK_NAMES.get(domain or "math", TASK_NAMES["math"]))
         card.save(path)

@@ -9,9 +9,12 @@ trainer decided:
   wrong and of correct completions: size, growth over the steps (the steps its rows came from), and
   representative completions (the stored answer-region snippets nearest the cluster's centre);
 * Cliff: ``cliff_rollouts.jsonl`` (judged wrong rollouts with their sentences, first mistake, the teacher's
-  raw answers and the reference) and the newest ``cliff_state.json`` (reference and judgment caches);
+  raw answers and the reference; code rollouts with numbered program lines, the first mistaken line named and
+  the failing test the judge saw) and the newest ``cliff_state.json`` (reference and judgment caches);
 * pass@k: ``summary.json`` files of ``hf-meds-cliff eval`` inside the run directory, next to it when they
-  evaluated this run's model, or given with ``--eval_dir``.
+  evaluated this run's model, or given with ``--eval_dir``;
+* teacher calibration: ``hf-meds-cliff judge-eval`` metrics (``--output_json``) saved in the run directory or
+  its ``judge_eval/`` folder.
 
 The page is static and offline: inline CSS, inline SVG charts and a few lines of inline JavaScript (sorting
 and filtering); a Content-Security-Policy forbids any network request. Every text from a run is HTML-escaped.
@@ -75,6 +78,7 @@ class RunData:
     cliff_state: dict[str, Any] | None = None
     cliff_state_path: Path | None = None
     eval_summaries: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    judge_evals: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def method(self) -> str:
@@ -137,6 +141,19 @@ def read_rollouts(path: Path) -> list[dict[str, Any]]:
     return [latest[key] for key in sorted(latest)]
 
 
+def _glob_siblings(folder: Path, pattern: str, attempts: int = 3) -> list[Path]:
+    """``folder.glob(pattern)`` that survives folders vanishing while it walks (a shared parent such as ``/tmp``,
+    where other programs delete their temporary folders): ``pathlib`` then raises ``FileNotFoundError``; the walk
+    is retried, and given up with a warning (no summary found there) after ``attempts`` failures."""
+    for _ in range(attempts):
+        try:
+            return list(folder.glob(pattern))
+        except OSError as error:
+            last_error = error
+    logger.warning("Not looking for eval summaries next to the run in %s: %s", folder, last_error)
+    return []
+
+
 def find_eval_summaries(
     run_dir: Path, eval_dirs: Iterable[str | os.PathLike] = ()
 ) -> list[tuple[Path, dict]]:
@@ -150,8 +167,8 @@ def find_eval_summaries(
     resolved_run = run_dir.resolve()
     if run_dir.parent.is_dir():
         for path in [
-            *run_dir.parent.glob(f"*/{EVAL_SUMMARY_NAME}"),
-            *run_dir.parent.glob(f"*/*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/*/{EVAL_SUMMARY_NAME}"),
         ]:
             if resolved_run in path.resolve().parents:
                 continue
@@ -209,7 +226,59 @@ def collect_run(run_dir: str | os.PathLike, eval_dirs: Iterable[str | os.PathLik
             state_path,
         )
     data.eval_summaries = find_eval_summaries(run_dir, eval_dirs)
+    data.judge_evals = find_judge_evals(run_dir)
     return data
+
+
+def find_judge_evals(run_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``hf-meds-cliff judge-eval`` summaries (JSON with its metric keys) in ``run_dir`` and ``run_dir/judge_eval``."""
+    found = []
+    for path in sorted([*run_dir.glob("*.json"), *run_dir.glob("judge_eval/*.json")]):
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(summary, dict) and {"accuracy_erroneous", "accuracy_correct", "f1", "cost"} <= set(
+            summary
+        ):
+            found.append((path, summary))
+    return found
+
+
+def judge_eval_section(data: RunData) -> str:
+    """Teacher calibration: the judge-eval runs found beside the run (empty string without any)."""
+    if not data.judge_evals:
+        return ""
+    header = (
+        '<section id="judge-eval"><h2>Teacher calibration (judge-eval)</h2>'
+        '<p class="note">First-mistake judging measured on labelled data before or beside this run '
+        "(<code>hf-meds-cliff judge-eval</code>; definitions in docs/judge_eval.md). Accuracies in %, distance in "
+        "steps.</p>"
+        '<table class="passk"><thead><tr><th>file</th><th>teacher</th><th>prompt</th><th>items</th>'
+        "<th>erroneous acc.</th><th>correct acc.</th><th>F1</th><th>verdict acc.</th><th>mean distance</th>"
+        "<th>within one</th><th>unparsed</th><th>requests</th><th>tokens (prompt + completion)</th>"
+        "<th>mean latency</th></tr></thead><tbody>"
+    )
+    out = [header]
+    for path, summary in data.judge_evals:
+        settings = summary.get("settings") or {}
+        extra = settings.get("extra") or {}
+        cost = summary.get("cost") or {}
+        teacher = " ".join(str(v) for v in (settings.get("teacher"), extra.get("model")) if v)
+        distance = summary.get("mean_distance")
+        latency = cost.get("mean_latency_s")
+        cells = [
+            path.name, teacher, settings.get("prompt", ""), (summary.get("counts") or {}).get("items", ""),
+            _percent(summary.get("accuracy_erroneous")), _percent(summary.get("accuracy_correct")),
+            _percent(summary.get("f1")), _percent(summary.get("verdict_accuracy")),
+            f"{distance:.2f}" if _finite(distance) else "", _percent(summary.get("within_one")),
+            summary.get("parse_failures", ""), cost.get("requests", ""),
+            f"{cost.get('prompt_tokens', 0)} + {cost.get('completion_tokens', 0)}",
+            f"{latency:.3f} s" if _finite(latency) else "",
+        ]  # fmt: skip
+        out.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -933,6 +1002,7 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
         curves_section(data),
         meds_section(data, max_prompts),
         cliff_section(data, max_rollouts),
+        judge_eval_section(data),
         eval_section(data),
         all_metrics_section(data),
     ]
@@ -941,6 +1011,8 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
         nav.append(("meds", "MEDS clusters"))
     if data.rollouts or data.cliff_state is not None:
         nav.append(("cliff", "Cliff rollouts"))
+    if data.judge_evals:
+        nav.append(("judge-eval", "Teacher calibration"))
     nav += [("passk", "pass@k"), ("metrics", "All metrics")]
     generated = _datetime.datetime.now(_datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (

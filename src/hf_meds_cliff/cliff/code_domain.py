@@ -33,6 +33,7 @@ __all__ = [
     "function_name_of_row",
     "is_code_reward",
     "resolve_cliff_domain",
+    "tests_column_of",
 ]
 
 CLIFF_DOMAINS = ("auto", "math", "code")
@@ -84,6 +85,24 @@ def resolve_cliff_domain(
             "the tests (DeepCoder: 'tests'), or use --cliff_domain math for a math dataset."
         )
     return domain
+
+
+def tests_column_of(correctness_reward: Any, configured: str = "tests") -> str:
+    """The dataset column Cliff reads the tests from: the one the code reward grades with.
+
+    ``configured`` is ``CliffConfig.cliff_tests_column``; left at its default ``"tests"`` it follows a
+    :class:`~hf_meds_cliff.code.CodeTestsReward` built with another ``tests_column``. Naming a different column than
+    the reward's is an error (the reference would be verified on other tests than the student's).
+    """
+    if not is_code_reward(correctness_reward) or correctness_reward.tests_column == configured:
+        return configured
+    if configured == "tests":
+        return correctness_reward.tests_column
+    raise ValueError(
+        f"cliff_tests_column={configured!r} but the correctness reward grades the tests of column "
+        f"{correctness_reward.tests_column!r}; Cliff must verify references and show failing tests from the same "
+        f"column: set --cliff_tests_column {correctness_reward.tests_column}."
+    )
 
 
 def function_name_of_row(row: Mapping[str, Any]) -> str | None:

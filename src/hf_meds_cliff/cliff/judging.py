@@ -27,6 +27,7 @@ __all__ = [
     "CODE_INSTRUCTION",
     "CODE_JUDGE_SYSTEM_PROMPT",
     "DOMAINS",
+    "JUDGE_NO_REFERENCE_SYSTEM_PROMPT",
     "JUDGE_SYSTEM_PROMPT",
     "NO_MISTAKE",
     "aggregate_judgments",
@@ -81,6 +82,45 @@ Find the first mistaken sentence of the student solution. Give your reasoning, t
 {last}, or -1 if there is no mistake)."""
 
 
+JUDGE_NO_REFERENCE_SYSTEM_PROMPT = """\
+You are a meticulous grader of step-by-step math solutions. You receive a problem and a student's \
+solution split into numbered steps [0], [1], [2], ... No reference solution is given: check every \
+step yourself.
+
+Your task: decide whether the student's final answer is correct, and find the FIRST step that \
+contains a genuine mistake (the "pitfall step"), or say that there is none.
+
+Rules:
+1. Work the problem out yourself where needed; do not trust the student's claims.
+2. Do not penalise a valid method, algebraically equivalent rewrites, or notation differences.
+3. Do not penalise a failed attempt or a slip that the student later notices and corrects; judge \
+the reasoning the student finally relies on.
+4. Reasoning that gets stuck, loops, repeats itself without progress, or degenerates into \
+gibberish counts as a mistake at the step where it starts.
+5. Mark only the first genuine mistake: an error in computation, logic, a false claim, a \
+misreading of the problem, or an unjustified final answer. Later steps that merely build on it do \
+not matter. A solution without any mistake gets -1.
+
+First explain your reasoning briefly. Then end your reply with exactly one JSON object on its own \
+line, with no text after it:
+{"final_answer_correct": true or false, "first_mistake": <the id of the first step with a \
+mistake, or -1 if there is no mistake>}"""
+"""The judge's system prompt when there is no reference solution (``build_judge_messages(problem, None, ...)``:
+``hf-meds-cliff judge-eval`` on data without an answer column, such as ProcessBench). Same JSON reply and
+parser as :data:`JUDGE_SYSTEM_PROMPT`."""
+
+_JUDGE_NO_REFERENCE_USER_TEMPLATE = """\
+## Problem
+{problem}
+
+## Student solution ({count} steps, numbered from 0)
+{numbered}
+
+Find the first mistaken step of the student solution, if any. Give your reasoning, then the JSON \
+object {{"final_answer_correct": ..., "first_mistake": ...}} (first_mistake is a step id from 0 to \
+{last}, or -1 if there is no mistake)."""
+
+
 def format_numbered_sentences(sentences: Sequence[str]) -> str:
     """One line per sentence, ``[k] text`` (surrounding whitespace of each sentence stripped).
 
@@ -93,7 +133,7 @@ def format_numbered_sentences(sentences: Sequence[str]) -> str:
 
 def build_judge_messages(
     problem: str,
-    reference: str,
+    reference: str | None,
     sentences: Sequence[str],
     *,
     domain: str = "math",
@@ -101,15 +141,20 @@ def build_judge_messages(
 ) -> list[dict[str, str]]:
     """Chat messages asking the teacher to judge ``sentences`` (a rollout) against ``reference``.
 
-    ``domain="code"`` gives the code judge (:data:`CODE_JUDGE_SYSTEM_PROMPT`): ``sentences`` are then the units of
-    :func:`~hf_meds_cliff.cliff.split_code_units` and ``execution`` is what running the student's program showed
-    (:func:`hf_meds_cliff.cliff.code_domain.describe_test_run`); ``execution`` is ignored on math.
+    ``reference=None`` asks for a judgment without a reference solution (its own prompt,
+    :data:`JUDGE_NO_REFERENCE_SYSTEM_PROMPT`; same reply format): what ``hf-meds-cliff judge-eval`` sends for
+    data that has no ground-truth answer, such as ProcessBench. Training always passes a verified reference.
+
+    ``domain="code"`` gives the code judge (:data:`CODE_JUDGE_SYSTEM_PROMPT`; it needs the reference program):
+    ``sentences`` are then the units of :func:`~hf_meds_cliff.cliff.split_code_units` and ``execution`` is what
+    running the student's program showed (:func:`hf_meds_cliff.cliff.code_domain.describe_test_run`);
+    ``execution`` is ignored on math.
     """
     check_domain(domain)
     if domain == "code":
         return _build_code_judge_messages(problem, reference, sentences, execution)
     for name, value in (("problem", problem), ("reference", reference)):
-        if not isinstance(value, str):
+        if not isinstance(value, str) and not (name == "reference" and value is None):
             raise TypeError(f"`{name}` must be a str, got {type(value).__name__}: {value!r:.80}")
     if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
         raise TypeError(
@@ -120,6 +165,17 @@ def build_judge_messages(
         raise ValueError(
             "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
         )
+    if reference is None:
+        user = _JUDGE_NO_REFERENCE_USER_TEMPLATE.format(
+            problem=problem.strip(),
+            count=len(sentences),
+            numbered=format_numbered_sentences(sentences),
+            last=len(sentences) - 1,
+        )
+        return [
+            {"role": "system", "content": JUDGE_NO_REFERENCE_SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
     user = _JUDGE_USER_TEMPLATE.format(
         problem=problem.strip(),
         reference=reference.strip(),

@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -26,8 +27,9 @@ from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from .advantages import cliff_token_advantages, first_mistake_token_positions
-from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain
+from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
 from .config import CliffConfig
+from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
 from .sentences import split_code_units, split_sentences
 from .teachers.rule_based import RuleBasedToyTeacher
@@ -35,6 +37,8 @@ from .teachers.rule_based import RuleBasedToyTeacher
 logger = logging.getLogger(__name__)
 
 CLIFF_STATE_NAME = "cliff_state.json"
+TEACHER_COST_NAME = "cliff_teacher_cost.json"
+"""The teacher's cost totals so far (requests, tokens, time), saved in each checkpoint for the model card."""
 ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
 """Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
 
@@ -152,8 +156,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             )
         columns = getattr(self.train_dataset, "column_names", None)
         correctness_reward = self.reward_funcs[args.cliff_correctness_reward_index]
+        self.cliff_tests_column = tests_column_of(correctness_reward, args.cliff_tests_column)
         self.cliff_domain = resolve_cliff_domain(
-            args.cliff_domain, correctness_reward, columns, args.cliff_tests_column
+            args.cliff_domain, correctness_reward, columns, self.cliff_tests_column
         )
         if (
             self.cliff_domain == "math"
@@ -212,6 +217,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         self._cliff_failure_keys: set[str] = set()
         self._teacher_counters_seen: Counter = Counter()
         self.cliff_last_outcome: StepOutcome | None = None
+        # Teacher cost (cliff/teacher_*, the model card): running totals and the end of the last round's judging.
+        self.cliff_teacher_cost: Counter = Counter({key: 0.0 for key in COST_KEYS})
+        self._cliff_round_started: float | None = None
+        self._cliff_last_judged: float | None = None
 
     # -- recording the step ----------------------------------------------------------------------------------------
 
@@ -226,6 +235,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._cliff_pending = None
+        self._cliff_round_started = time.perf_counter()
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return output
@@ -258,7 +268,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         if self.cliff_domain == "code":
-            ground_truths = [code_ground_truth(row, args.cliff_tests_column) for row in inputs]
+            ground_truths = [code_ground_truth(row, self.cliff_tests_column) for row in inputs]
         else:
             ground_truths = [_ground_truth(row.get(args.cliff_answer_column)) for row in inputs]
         local_rows = [
@@ -288,13 +298,29 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         self._check_rule_teacher_reads(rows.problems)
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
+        judged_at = time.perf_counter()
+        cycle_started = (
+            self._cliff_last_judged if self._cliff_last_judged is not None else self._cliff_round_started
+        )
+        cycle_time_s = judged_at - cycle_started if cycle_started is not None else 0.0
+        self._cliff_last_judged = judged_at
         if args.cliff_log_rollouts and accelerator.is_main_process:
             self._cliff_log_rollouts(rows, outcome)
         # Judge inspection: each rollout's first-mistake sentence (None = plain GRPO) beside TRL's completions table,
         # which super() has just extended with this step's gathered completions in the same order.
         self._logs["extra"]["cliff_first_mistake"].extend(outcome.first_mistake)
         self._logs["extra"]["cliff_group_mode"].extend(outcome.group_modes)
+        counts_requests = "requests" in self._teacher_counters_seen or "requests" in getattr(
+            self.teacher, "counters", {}
+        )
         teacher_counts = self._teacher_counter_deltas(world_size)
+        teacher_cost = teacher_step_cost(
+            teacher_counts,
+            outcome.counters,
+            sum(outcome.values.get("judge_wall_time", [0.0])),
+            cycle_time_s,
+            counts_requests,
+        )
 
         # Sentence index -> token index for this process's rows; then all rows, for the group baselines.
         local = slice(rank * local_count, (rank + 1) * local_count)
@@ -328,6 +354,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         located = torch.tensor([bool(spans) for spans in outcome.sentence_spans], device=device)
         lengths = mask.sum(dim=1).clamp(min=1)
         self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
+        self._log_teacher_cost(teacher_cost, cycle_time_s)
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
 
     def _check_rule_teacher_reads(self, problems: list[str]) -> None:
@@ -336,9 +363,14 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             return
         self._cliff_unchecked_rule_teacher = False
         if not any(self.teacher.can_read(problem) for problem in problems):
+            world, example = (
+                ("code world", "Read an integer a from standard input and print a + 1.")
+                if self.cliff_domain == "code"
+                else ("toy world", "Compute (7 + 5) * 3 - 4.")
+            )
             raise ValueError(
-                "The rule-based teacher (cliff_teacher='rule', the default) is the toy world's exact checker and "
-                f"reads only toy questions ('Compute (7 + 5) * 3 - 4.'), not this dataset's (e.g. "
+                f"The rule-based teacher (cliff_teacher='rule', the default) is the {world}'s exact checker and "
+                f"reads only toy questions ({example!r}), not this dataset's (e.g. "
                 f"{problems[0]!r:.100}); every mixed group would fall back to plain GRPO. Choose a teacher that can "
                 "judge this data: an OpenAI-compatible server (`--cliff_teacher http --cliff_teacher_base_url "
                 "http://127.0.0.1:8000/v1 --cliff_teacher_model <served model>`: vllm serve, SGLang, transformers "
@@ -435,6 +467,26 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             prefix_fractions.mean().item() if prefix_fractions.numel() else math.nan
         )
 
+    def _log_teacher_cost(self, cost: dict[str, float], cycle_time_s: float) -> None:
+        """Log ``cliff/teacher_*`` (see :mod:`hf_meds_cliff.cliff.cost`) and add the round to the run's totals."""
+        metrics = self._metrics["train"]
+        for name, value in cost.items():
+            metrics[f"cliff/teacher_{name}"].append(value)
+        self.cliff_teacher_cost.update(
+            requests=cost["requests"],
+            prompt_tokens=cost["prompt_tokens"],
+            completion_tokens=cost["completion_tokens"],
+            teacher_time_s=cost["time_s"],
+            cycle_time_s=cycle_time_s,
+            rounds=1,
+        )
+
+    def _method_card_sections(self) -> str:
+        """The model card's teacher-cost section (the totals of this run, resumed runs included)."""
+        return render_teacher_cost(
+            self.cliff_teacher_cost, getattr(self.teacher, "name", type(self.teacher).__name__)
+        )
+
     # -- checkpointing ------------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model, trial):
@@ -444,8 +496,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         if self.args.should_save:
             folder = checkpoint_folder(self, trial)
             folder.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(folder, (CLIFF_STATE_NAME,))
+            remove_stale_temporaries(folder, (CLIFF_STATE_NAME, TEACHER_COST_NAME))
             write_json_atomically(folder / CLIFF_STATE_NAME, self.cliff_judge.state_dict())
+            write_json_atomically(folder / TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -469,6 +522,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 error,
             )
             return
+        self._load_teacher_cost(os.path.join(checkpoint, TEACHER_COST_NAME))
         logger.info(
             "Restored Cliff caches from %s (%d references, %d judgments)",
             path, len(self.cliff_judge.references), len(self.cliff_judge.judgments),
@@ -476,6 +530,19 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
     def _model_card_domain(self) -> str:
         return self.cliff_domain
+
+    def _load_teacher_cost(self, path: str) -> None:
+        """Restore the cost totals; a missing or unreadable file (older checkpoints) restarts them from 0 with a
+        warning: they only feed the metrics and the model card, never training."""
+        try:
+            cost = read_json_file(path, fix="")
+            if not isinstance(cost, dict):
+                raise TypeError(f"{path} does not hold a JSON object")
+            self.cliff_teacher_cost = Counter({key: float(cost.get(key, 0.0)) for key in COST_KEYS})
+        except (ValueError, TypeError) as error:
+            logger.warning(
+                "Teacher cost totals not restored (%s); the model card counts from this resume on.", error
+            )
 
     def close_teacher(self) -> None:
         """Close the teacher's client/model and its event loop."""
