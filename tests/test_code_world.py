@@ -313,3 +313,15 @@ def test_short_code_warmup_writes_a_loadable_reusable_policy(tmp_path):
     modified = (folder / "model.safetensors").stat().st_mtime_ns
     assert warmup_code_world(tmp_path / "policy", **settings) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == modified  # reused, not retrained
+
+
+def test_tests_never_all_expect_the_same_output():
+    from hf_meds_cliff.toy import ToyTaskConfig
+    from hf_meds_cliff.toy.code_task import make_tests
+
+    tiny = CodeWorldConfig(task=ToyTaskConfig(min_operand=1, max_operand=2), num_tests=2)
+    for constant in range(1, 30):  # a - b + c over inputs {1, 2}: (1, 1) and (2, 2) both give c
+        tests = make_tests(("a", "b"), (("-", "b"), ("+", constant)), tiny)
+        assert len({expected for _, expected in tests}) == 2
+    with pytest.raises(ValueError, match="Could not draw 3 distinct tests"):
+        make_tests(("a",), (("*", 2),), CodeWorldConfig(task=ToyTaskConfig(min_operand=1, max_operand=2)))

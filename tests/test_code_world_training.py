@@ -46,6 +46,8 @@ def test_the_code_recipe_is_picked_by_domain_code():
     ]
     assert with_toy_recipe(["--domain=code"], "cliff")[1] == str(toy_recipe_path("cliff", "code"))
     assert with_toy_recipe([], "cliff")[1] == str(toy_recipe_path("cliff"))
+    assert with_toy_recipe(["--domain", "code"], "grpo")[1] == str(toy_recipe_path("grpo", "code"))
+    assert load_script("train_grpo").parse_args(["--domain", "code"])[0].reward_funcs == ["code_tests"]
     with pytest.raises(ValueError, match="No packaged toy recipe for method='meds' with --domain code"):
         toy_recipe_path("meds", "code")
     with pytest.raises(ValueError, match="--domain 'lisp' is unknown"):

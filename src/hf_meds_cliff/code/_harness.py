@@ -129,7 +129,7 @@ def _set_limits(limits):
     cap(resource.RLIMIT_CORE, 0)
 
 
-def _drop_privileges(run_as_uid, nproc_limit):
+def _drop_privileges(run_as_uid, nproc_limit, existing_processes):
     if run_as_uid is not None:
         os.setgroups([])
         os.setresgid(run_as_uid, run_as_uid, run_as_uid)
@@ -137,10 +137,10 @@ def _drop_privileges(run_as_uid, nproc_limit):
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc_limit, nproc_limit))
         os.setresuid(run_as_uid, run_as_uid, run_as_uid)  # a uid change drops every capability
     else:
-        if nproc_limit and os.geteuid() != 0:
-            # RLIMIT_NPROC counts every process of the uid; allow the ones that exist plus the budget.
-            existing = sum(1 for name in os.listdir("/proc") if name.isdigit())
-            resource.setrlimit(resource.RLIMIT_NPROC, (existing + nproc_limit, existing + nproc_limit))
+        if nproc_limit and existing_processes is not None:
+            # RLIMIT_NPROC counts every process of the (host) uid: allow those that existed plus the budget.
+            limit = existing_processes + nproc_limit
+            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
         for capability in range(64):
             if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
                 break
@@ -370,6 +370,18 @@ def _children():
     return children
 
 
+def _processes_of(uid):
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += 1
+            except OSError:
+                continue
+    return count
+
+
 def _reap(reaped):
     """Wait for every child; True if any was reaped."""
     any_reaped = False
@@ -425,7 +437,9 @@ def run_one_test(job, control, message, in_pid_namespace):
             report_fd = result_fd
             os.chdir(job["workdir"])
             _set_limits(limits)
-            _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"))
+            _drop_privileges(
+                job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes")
+            )
             run_test_process(job, case_input, result_fd, nonce_fd)
         except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
             try:
@@ -652,8 +666,8 @@ def _hide_homes(workdir, extra_homes):
 def _confine_filesystem(workdir, owner, size_mb, homes):
     """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
     ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
-    hidden (see :func:`_hide_homes`); a fresh /proc. Returns the hidden homes and the mounts that could
-    not be made read-only."""
+    hidden (see :func:`_hide_homes`); a fresh /proc (or none, where a fresh one is refused). Returns the
+    hidden homes, the mounts that could not be made read-only and what /proc shows."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
@@ -672,8 +686,14 @@ def _confine_filesystem(workdir, owner, size_mb, homes):
             _mount(None, target, None, flags)
         except OSError as error:
             failures.append(f"{target}: {error.strerror}")
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    return hidden, failures
+    try:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        proc = "fresh"
+    except OSError:
+        # Refused where the host's /proc has masked paths (Docker): hide it instead of showing the host's.
+        _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=555")
+        proc = "hidden"
+    return hidden, failures, proc
 
 
 def _write_map(path, text):
@@ -685,10 +705,12 @@ def isolate_and_serve(job, control):
     """B0: fork B1 into new namespaces, map its ids, wait. Returns False if namespaces are refused."""
     ready_r, ready_w = os.pipe()  # B1 -> B0: unshare done (b"1") or refused (b"0" + reason)
     go_r, go_w = os.pipe()  # B0 -> B1: maps written
+    setup_r, setup_w = os.pipe()  # B2 -> B0: confined and serving (b"1") or failed (b"0" + reason)
     pid = os.fork()
     if pid == 0:  # B1
         os.close(ready_r)
         os.close(go_w)
+        os.close(setup_r)
         flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         if _libc.unshare(flags) != 0:
             reason = os.strerror(ctypes.get_errno())
@@ -709,19 +731,27 @@ def isolate_and_serve(job, control):
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
                 owner = job["run_as_uid"] or 0
-                hidden, failures = _confine_filesystem(
-                    job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
-                )
-                socket.sethostname("sandbox")
+                try:
+                    hidden, failures, proc = _confine_filesystem(
+                        job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
+                    )
+                    socket.sethostname("sandbox")
+                except BaseException as error:  # noqa: BLE001 - reported to B0, which serves without isolation
+                    _write_all(setup_w, b"0" + f"{type(error).__name__}: {error}".encode(errors="replace"))
+                    _exit(1)
+                _write_all(setup_w, b"1")
+                os.close(setup_w)
                 isolation = {
                     "isolated": True,
                     "reason": None,
                     "hidden_homes": hidden,
                     "readonly_failures": failures,
+                    "proc": proc,
                     "network_reachable": _network_reachable(),
                 }
                 serve(job, control, True, isolation)
                 _exit(0)
+            os.close(setup_w)
             _, status = os.waitpid(init, 0)
             _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
         except BaseException:  # noqa: BLE001
@@ -739,6 +769,8 @@ def isolate_and_serve(job, control):
             break
     if answer[:1] != b"1":
         os.waitpid(pid, 0)
+        os.close(setup_r)
+        os.close(setup_w)
         return answer[1:].decode(errors="replace") or "unshare failed"
     try:
         sandbox_uid = job.get("sandbox_uid")
@@ -753,9 +785,25 @@ def isolate_and_serve(job, control):
     except OSError as error:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+        os.close(setup_r)
+        os.close(setup_w)
         return f"writing the uid/gid maps failed: {error}"
     _write_all(go_w, b"1")
     os.close(go_w)
+    os.close(setup_w)
+    status = b""
+    while len(status) < 1 or status[:1] == b"0":
+        chunk = _read(setup_r, 4096)
+        if not chunk:
+            break
+        status += chunk
+    os.close(setup_r)
+    if status[:1] != b"1":
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "setting up the namespaces failed: " + (
+            status[1:].decode(errors="replace") or "the sandbox init died"
+        )
     control.closed = True  # B2 owns the conversation from here
     _, status = os.waitpid(pid, 0)
     _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
@@ -818,6 +866,8 @@ def main():
     if job is None:
         return
     sys.path.extend(path for path in job.get("site_packages", []) if path not in sys.path)
+    if os.getuid() != 0:  # counted here, in the host's PID namespace, where the kernel counts them
+        job["existing_processes"] = _processes_of(os.getuid())
     os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]
     reason = "isolation disabled by the caller"
     if job.get("isolate"):

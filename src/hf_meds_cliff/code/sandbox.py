@@ -403,6 +403,20 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+_warned_writable = False
+
+
 def warn_if_not_isolated(ready: dict[str, Any], limits: SandboxLimits) -> None:
+    """One warning per process when isolation is missing (``auto``), or when some mounts stay writable."""
+    global _warned_writable
     if not ready.get("isolated") and limits.isolation == "auto":
         _warn_not_isolated(str(ready.get("reason")))
+    if ready.get("isolated") and ready.get("readonly_failures"):
+        with _warned_lock:
+            if _warned_writable:
+                return
+            _warned_writable = True
+        logger.warning(
+            "Code sandbox: these mounts could not be made read-only, so programs may write there: %s",
+            "; ".join(ready["readonly_failures"][:10]),
+        )

@@ -167,21 +167,29 @@ def code_question(inputs: tuple[str, ...], operations: tuple[tuple[str, int | st
 def make_tests(
     inputs: tuple[str, ...], operations: tuple[tuple[str, int | str], ...], config: CodeWorldConfig
 ) -> tuple[tuple[str, str], ...]:
-    """``config.num_tests`` tests with distinct inputs drawn from a seeded hash of the question text."""
+    """``config.num_tests`` tests with distinct inputs drawn from a seeded hash of the question text; with two or
+    more tests, not every expected output is the same, so a program printing a constant fails."""
     question = code_question(inputs, operations)
     rng = random.Random(hashlib.blake2b(question.encode(), digest_size=8).hexdigest())
     low, high = config.task.min_operand, config.task.max_operand
     probe = CodeProblem(inputs, operations, ())
-    drawn: list[tuple[int, ...]] = []
-    while len(drawn) < config.num_tests:
+    tests: list[tuple[str, str]] = []
+    for _ in range(10_000):
         values = tuple(rng.randint(low, high) for _ in inputs)
-        if values not in drawn:
-            drawn.append(values)
-    tests = []
-    for values in drawn:
-        answer = probe.chain_values(dict(zip(inputs, values)))[-1]
-        tests.append((" ".join(map(str, values)) + "\n", f"{answer}\n"))
-    return tuple(tests)
+        stdin = " ".join(map(str, values)) + "\n"
+        expected = f"{probe.chain_values(dict(zip(inputs, values)))[-1]}\n"
+        last = len(tests) == config.num_tests - 1
+        if any(stdin == seen for seen, _ in tests) or (
+            last and tests and all(out == expected for _, out in tests)
+        ):
+            continue  # a repeated input, or a last test that would leave every output equal
+        tests.append((stdin, expected))
+        if len(tests) == config.num_tests:
+            return tuple(tests)
+    raise ValueError(
+        f"Could not draw {config.num_tests} distinct tests for {question!r} from operands in [{low}, {high}]; widen "
+        "the operand range or ask for fewer tests."
+    )
 
 
 def generate_code_problem(rng: random.Random, config: CodeWorldConfig | None = None) -> CodeProblem:
