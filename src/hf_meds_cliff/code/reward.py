@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ..data import completion_text
+from ..text import completion_text
 from .extraction import extract_program
 from .formats import has_tests, parse_tests
 from .runner import TEST_STATUSES, TestRunResult, arun_tests_batch, run_tests_batch

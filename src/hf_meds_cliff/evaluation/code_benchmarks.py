@@ -480,7 +480,7 @@ def code_problems_from_rows(
     with a ``contest_date`` (LiveCodeBench). Each row's tests are parsed here, so a malformed row stops the run with
     its row and field named."""
     from ..code import parse_tests
-    from .benchmarks import EvalProblem
+    from .problem import EvalProblem
 
     if prompt_template not in CODE_PROMPT_TEMPLATES:
         raise ValueError(f"code_prompt_template={prompt_template!r} is not one of {CODE_PROMPT_TEMPLATES}.")
