@@ -270,10 +270,10 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
             _exit(3)
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         kind = job["kind"]
+        if job.get("prelude") and kind in ("stdin", "functional"):
+            _show_in_tracebacks("<prelude>", job["prelude"])
+            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)  # noqa: S102
         if kind == "stdin":
-            sys.stdin = io.TextIOWrapper(
-                io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
-            )
             exec(code, namespace)  # noqa: S102
         elif kind == "functional":
             exec(code, namespace)  # noqa: S102
@@ -824,6 +824,9 @@ def _network_reachable():
 # Imported once per program, before any test forks: the tests start faster, and these stay importable where
 # the interpreter's files are private to another user and cannot be re-exposed (limits-only mode as root).
 PRELOADED_MODULES = [
+    "statistics",
+    "io",
+    "json",
     "array",
     "bisect",
     "collections",
