@@ -451,7 +451,8 @@ def run_one_test(job, control, message, in_pid_namespace):
         os.close(fd)
     # Drawn after the fork, so that the test process's memory (its copy of this one) never held it.
     nonce = os.urandom(16).hex().encode()
-    _write_all(nonce_w, nonce)
+    with contextlib.suppress(BrokenPipeError):  # the test process may be gone already (then unconfirmed)
+        _write_all(nonce_w, nonce)
     os.close(nonce_w)
     pidfd = os.pidfd_open(pid)
     buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
