@@ -320,7 +320,7 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
 # ---------------------------------------------------------------- the server side (B2, or B0 without isolation)
 
 
-def _kill_others(in_pid_namespace, test_pid, reaped):
+def _kill_others(in_pid_namespace, reaped):
     """Kill every process the tests left behind and reap them; ``reaped`` maps pid -> wait status."""
     if in_pid_namespace and os.getpid() == 1:
         for _ in range(100):
@@ -331,13 +331,8 @@ def _kill_others(in_pid_namespace, test_pid, reaped):
             if not _reap(reaped):
                 return
         return
-    # Without a PID namespace: this process is a child subreaper; its children are the test process and
-    # every orphan of it (re-parented here). Kill them until none is left.
-    if test_pid is not None:
-        try:
-            os.killpg(test_pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    # Without a PID namespace: this process is a child subreaper; its children are every orphan of the
+    # test process (re-parented here). Kill them until none is left.
     for _ in range(100):
         children = _children()
         for pid in children:
@@ -516,16 +511,18 @@ def run_one_test(job, control, message, in_pid_namespace):
     wall = time.monotonic() - started
     reaped = {}
     if not exited:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    if not in_pid_namespace:
+        # Its process group, while the unreaped test process still holds the group's id (no reuse).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     try:
         _, status, usage = os.wait4(pid, 0)
         reaped[pid] = status
     except ChildProcessError:
         usage = None
-    _kill_others(in_pid_namespace, pid, reaped)
+    _kill_others(in_pid_namespace, reaped)
     for fd in list(buffers) + [pidfd] + ([writer] if writer is not None else []):
         try:
             os.close(fd)
