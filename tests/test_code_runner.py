@@ -82,6 +82,12 @@ def test_livecodebench_imports_for_stdin_and_functional_programs_only():
     bare = run_tests(program, tests, fn_name="srt", limits=LIMITS, livecodebench_imports=False)
     assert statuses(bare) == ["runtime_error"] and "NameError" in bare.first_failure.error
     assert run_tests("print(gcd(12, 18), sqrt(16))", [{"input": "", "output": "6 4.0"}], limits=LIMITS).passed
+    # a function name the imports bind (math.gcd) is no free pass: the program must define it
+    gcd_tests = {"inputs": [[12, 18]], "outputs": [6], "fn_name": "gcd"}
+    assert statuses(run_tests("print('nothing here')\n", gcd_tests, limits=LIMITS)) == ["runtime_error"]
+    assert run_tests(
+        "def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)\n", gcd_tests, limits=LIMITS
+    ).passed
     human_eval = {"test": "def check(candidate):\n    assert candidate() == 6\n", "entry_point": "g"}
     assert not run_tests("def g():\n    return gcd(12, 18)\n", human_eval, limits=LIMITS).passed
 

@@ -229,12 +229,14 @@ def _guard_returns(namespace):
             namespace[name] = guarded(value)
 
 
-def _find_function(namespace, fn_name):
+def _find_function(namespace, fn_name, given):
+    """``Solution().fn_name`` or ``fn_name``, as bound by the program: a name the prelude bound (``given``:
+    ``gcd``, ``add``, ...) and the program left alone does not count, or an empty program would pass."""
     solution = namespace.get("Solution")
-    if isinstance(solution, type) and hasattr(solution, fn_name):
+    if isinstance(solution, type) and solution is not given.get("Solution") and hasattr(solution, fn_name):
         return getattr(solution(), fn_name)
     function = namespace.get(fn_name)
-    if function is None or not callable(function):
+    if function is None or function is given.get(fn_name) or not callable(function):
         raise NameError(
             f"the program defines no function {fn_name!r} (nor a class Solution with that method)"
         )
@@ -273,11 +275,12 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
         if job.get("prelude") and kind in ("stdin", "functional"):
             _show_in_tracebacks("<prelude>", job["prelude"])
             exec(compile(job["prelude"], "<prelude>", "exec"), namespace)  # noqa: S102
+        given = dict(namespace)
         if kind == "stdin":
             exec(code, namespace)  # noqa: S102
         elif kind == "functional":
             exec(code, namespace)  # noqa: S102
-            function = _find_function(namespace, job["fn_name"])
+            function = _find_function(namespace, job["fn_name"], given)
             result = function(*case_input)
             try:
                 text = json.dumps(result)
