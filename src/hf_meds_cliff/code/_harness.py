@@ -807,7 +807,15 @@ def isolate_and_serve(job, control):
         )
     control.closed = True  # B2 owns the conversation from here
     _, status = os.waitpid(pid, 0)
+    _remove_workdir(job["workdir"])
     _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _remove_workdir(workdir):
+    """B0 removes the program's folder when it ends, so that none is left when the caller died first."""
+    import shutil
+
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _network_reachable():
@@ -887,6 +895,7 @@ def main():
         False,
         {"isolated": False, "reason": reason, "readonly_failures": [], "network_reachable": None},
     )
+    _remove_workdir(job["workdir"])
 
 
 def fork_server(request_fd):
