@@ -323,28 +323,35 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
 # ---------------------------------------------------------------- the server side (B2, or B0 without isolation)
 
 
-def _kill_others(in_pid_namespace, reaped):
-    """Kill every process the tests left behind and reap them; ``reaped`` maps pid -> wait status."""
-    if in_pid_namespace and os.getpid() == 1:
-        for _ in range(100):
+def _kill_others(in_pid_namespace, reaped, patience=2.0):
+    """Kill every process the test left behind and reap them; ``reaped`` maps pid -> wait status.
+
+    As init of a PID namespace, ``kill(-1)`` reaches every other process in it. Without one, this
+    process is a child subreaper: every orphan of the test is re-parented here, so killing its children
+    round after round (a killed parent's children become ours) ends with none. Reaping never blocks on a
+    process not yet killed; after ``patience`` seconds the rest is left to the namespace's end (or, without
+    one, to the next round)."""
+    as_init = in_pid_namespace and os.getpid() == 1
+    deadline = time.monotonic() + patience
+    while True:
+        if as_init:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)  # everything in the namespace but this process
+        else:
+            for pid in _children():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        while True:
             try:
-                os.kill(-1, signal.SIGKILL)  # as init of the namespace: everything in it but itself
-            except ProcessLookupError:
-                pass
-            if not _reap(reaped):
-                return
-        return
-    # Without a PID namespace: this process is a child subreaper; its children are every orphan of the
-    # test process (re-parented here). Kill them until none is left.
-    for _ in range(100):
-        children = _children()
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if not _reap(reaped) and not children:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return  # no child left
+            if pid == 0:
+                break  # children remain, none has ended yet
+            reaped[pid] = status
+        if time.monotonic() > deadline:
             return
+        time.sleep(0.001)
 
 
 def _children():
@@ -378,20 +385,6 @@ def _processes_of(uid):
             except OSError:
                 continue
     return count
-
-
-def _reap(reaped):
-    """Wait for every child; True if any was reaped."""
-    any_reaped = False
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return any_reaped
-        except InterruptedError:
-            continue
-        reaped[pid] = status
-        any_reaped = True
 
 
 def _nonblocking(fd):
