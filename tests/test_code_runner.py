@@ -73,6 +73,25 @@ def test_functional_livecodebench_solution_class_and_json_round_trip():
     assert result.passed and result.results[0].actual == "[4, 5]"  # a tuple arrives as a JSON list
 
 
+def test_livecodebench_imports_for_stdin_and_functional_programs_only():
+    tests = [{"input": "[3, 1, 2]", "output": "[1, 2, 3]", "testtype": "functional"}]
+    # LeetCode-style: `List` and `heapq` without importing them, as LiveCodeBench's grader allows
+    program = "class Solution:\n    def srt(self, xs: List[int]) -> List[int]:\n        heapify(xs)\n"
+    program += "        return [heappop(xs) for _ in range(len(xs))]\n"
+    assert run_tests(program, tests, fn_name="srt", limits=LIMITS).passed
+    bare = run_tests(program, tests, fn_name="srt", limits=LIMITS, livecodebench_imports=False)
+    assert statuses(bare) == ["runtime_error"] and "NameError" in bare.first_failure.error
+    assert run_tests("print(gcd(12, 18), sqrt(16))", [{"input": "", "output": "6 4.0"}], limits=LIMITS).passed
+    # a function name the imports bind (math.gcd) is no free pass: the program must define it
+    gcd_tests = {"inputs": [[12, 18]], "outputs": [6], "fn_name": "gcd"}
+    assert statuses(run_tests("print('nothing here')\n", gcd_tests, limits=LIMITS)) == ["runtime_error"]
+    assert run_tests(
+        "def gcd(a, b):\n    return a if b == 0 else gcd(b, a % b)\n", gcd_tests, limits=LIMITS
+    ).passed
+    human_eval = {"test": "def check(candidate):\n    assert candidate() == 6\n", "entry_point": "g"}
+    assert not run_tests("def g():\n    return gcd(12, 18)\n", human_eval, limits=LIMITS).passed
+
+
 def test_functional_taco_call_based_accepts_wrapped_outputs():
     tests = {"inputs": [[2, 3], [0, 0]], "outputs": [[5], 0], "fn_name": "add"}
     assert run_tests("def add(a, b):\n    return a + b\n", tests, limits=LIMITS).passed

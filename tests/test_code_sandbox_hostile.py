@@ -70,8 +70,11 @@ def descendants(root: int) -> set[int]:
 @pytest.fixture(autouse=True)
 def no_harness_left_behind():
     yield
-    # the fork server (a template that never runs programs) lives as long as this process, by design
-    server = set(processes_with("--fork-server"))
+    # the fork server (a template that never runs programs) lives as long as this process, by design; its
+    # forks (the harnesses) share its command line, so it is told apart by its pid
+    from hf_meds_cliff.code import sandbox
+
+    server = {sandbox._fork_server.process.pid} if sandbox._fork_server is not None else set()
     left = [
         pid for pid in descendants(os.getpid()) if pid in processes_with(HARNESS_PATH) and pid not in server
     ]
@@ -347,6 +350,11 @@ def test_everything_dies_with_the_caller(isolation, tmp_path):
     program = DAEMON.format(head=marker[:3], tail=marker[3:]).replace(
         'print("0")', "import time\ntime.sleep(100)"
     )
+    # the daemon names the program's folder in its command line: sh -c "sleep <marker>; : <folder>"
+    program = program.replace(
+        'os.execv("/bin/sleep", ["sleep", ',
+        'os.execv("/bin/sh", ["sh", "-c", "sleep " + ',
+    ).replace("])  # no source line holds the marker", ' + "; : " + os.getcwd()])')
     caller_code = textwrap.dedent(
         f"""
         from hf_meds_cliff.code import SandboxLimits, run_tests
@@ -361,6 +369,8 @@ def test_everything_dies_with_the_caller(isolation, tmp_path):
         while not processes_with(marker) and time.monotonic() < deadline and caller.poll() is None:
             time.sleep(0.1)
         assert processes_with(marker), "the program never started"
+        folders = {_folder_named_by(pid) for pid in processes_with(marker)} - {None}
+        assert len(folders) == 1 and os.path.isdir(next(iter(folders))), folders
         harnesses = [pid for pid in descendants(caller.pid) if pid in processes_with(HARNESS_PATH)]
         assert harnesses
     finally:
@@ -370,6 +380,20 @@ def test_everything_dies_with_the_caller(isolation, tmp_path):
     while (processes_with(marker) or _alive(harnesses)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with(marker) == [] and not _alive(harnesses)
+    while os.path.exists(next(iter(folders))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(next(iter(folders))), "the program's folder was left behind"
+
+
+def _folder_named_by(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            arguments = cmdline.read().split(b"\0")
+    except OSError:
+        return None
+    if len(arguments) >= 3 and b"; : " in arguments[2]:
+        return arguments[2].split(b"; : ", 1)[1].decode()
+    return None
 
 
 def _alive(pids):

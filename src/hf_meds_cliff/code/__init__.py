@@ -10,6 +10,7 @@ from .extraction import extract_program
 from .formats import CodeTests, TestCase, has_tests, parse_tests
 from .reward import AsyncCodeTestsReward, CodeTestsReward
 from .runner import (
+    LIVECODEBENCH_PRELUDE,
     TEST_STATUSES,
     TestCaseResult,
     TestRunResult,
@@ -21,6 +22,7 @@ from .runner import (
 from .sandbox import SandboxLimits
 
 __all__ = [
+    "LIVECODEBENCH_PRELUDE",
     "TEST_STATUSES",
     "AsyncCodeTestsReward",
     "CodeTests",

@@ -229,12 +229,14 @@ def _guard_returns(namespace):
             namespace[name] = guarded(value)
 
 
-def _find_function(namespace, fn_name):
+def _find_function(namespace, fn_name, given):
+    """``Solution().fn_name`` or ``fn_name``, as bound by the program: a name the prelude bound (``given``:
+    ``gcd``, ``add``, ...) and the program left alone does not count, or an empty program would pass."""
     solution = namespace.get("Solution")
-    if isinstance(solution, type) and hasattr(solution, fn_name):
+    if isinstance(solution, type) and solution is not given.get("Solution") and hasattr(solution, fn_name):
         return getattr(solution(), fn_name)
     function = namespace.get(fn_name)
-    if function is None or not callable(function):
+    if function is None or function is given.get(fn_name) or not callable(function):
         raise NameError(
             f"the program defines no function {fn_name!r} (nor a class Solution with that method)"
         )
@@ -270,14 +272,15 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
             _exit(3)
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         kind = job["kind"]
+        if job.get("prelude") and kind in ("stdin", "functional"):
+            _show_in_tracebacks("<prelude>", job["prelude"])
+            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)  # noqa: S102
+        given = dict(namespace)
         if kind == "stdin":
-            sys.stdin = io.TextIOWrapper(
-                io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
-            )
             exec(code, namespace)  # noqa: S102
         elif kind == "functional":
             exec(code, namespace)  # noqa: S102
-            function = _find_function(namespace, job["fn_name"])
+            function = _find_function(namespace, job["fn_name"], given)
             result = function(*case_input)
             try:
                 text = json.dumps(result)
@@ -320,33 +323,35 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
 # ---------------------------------------------------------------- the server side (B2, or B0 without isolation)
 
 
-def _kill_others(in_pid_namespace, test_pid, reaped):
-    """Kill every process the tests left behind and reap them; ``reaped`` maps pid -> wait status."""
-    if in_pid_namespace and os.getpid() == 1:
-        for _ in range(100):
+def _kill_others(in_pid_namespace, reaped, patience=2.0):
+    """Kill every process the test left behind and reap them; ``reaped`` maps pid -> wait status.
+
+    As init of a PID namespace, ``kill(-1)`` reaches every other process in it. Without one, this
+    process is a child subreaper: every orphan of the test is re-parented here, so killing its children
+    round after round (a killed parent's children become ours) ends with none. Reaping never blocks on a
+    process not yet killed; after ``patience`` seconds the rest is left to the namespace's end (or, without
+    one, to the next round)."""
+    as_init = in_pid_namespace and os.getpid() == 1
+    deadline = time.monotonic() + patience
+    while True:
+        if as_init:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)  # everything in the namespace but this process
+        else:
+            for pid in _children():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        while True:
             try:
-                os.kill(-1, signal.SIGKILL)  # as init of the namespace: everything in it but itself
-            except ProcessLookupError:
-                pass
-            if not _reap(reaped):
-                return
-        return
-    # Without a PID namespace: this process is a child subreaper; its children are the test process and
-    # every orphan of it (re-parented here). Kill them until none is left.
-    if test_pid is not None:
-        try:
-            os.killpg(test_pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for _ in range(100):
-        children = _children()
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if not _reap(reaped) and not children:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return  # no child left
+            if pid == 0:
+                break  # children remain, none has ended yet
+            reaped[pid] = status
+        if time.monotonic() > deadline:
             return
+        time.sleep(0.001)
 
 
 def _children():
@@ -380,20 +385,6 @@ def _processes_of(uid):
             except OSError:
                 continue
     return count
-
-
-def _reap(reaped):
-    """Wait for every child; True if any was reaped."""
-    any_reaped = False
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return any_reaped
-        except InterruptedError:
-            continue
-        reaped[pid] = status
-        any_reaped = True
 
 
 def _nonblocking(fd):
@@ -451,7 +442,8 @@ def run_one_test(job, control, message, in_pid_namespace):
         os.close(fd)
     # Drawn after the fork, so that the test process's memory (its copy of this one) never held it.
     nonce = os.urandom(16).hex().encode()
-    _write_all(nonce_w, nonce)
+    with contextlib.suppress(BrokenPipeError):  # the test process may be gone already (then unconfirmed)
+        _write_all(nonce_w, nonce)
     os.close(nonce_w)
     pidfd = os.pidfd_open(pid)
     buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
@@ -515,16 +507,18 @@ def run_one_test(job, control, message, in_pid_namespace):
     wall = time.monotonic() - started
     reaped = {}
     if not exited:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    if not in_pid_namespace:
+        # Its process group, while the unreaped test process still holds the group's id (no reuse).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     try:
         _, status, usage = os.wait4(pid, 0)
         reaped[pid] = status
     except ChildProcessError:
         usage = None
-    _kill_others(in_pid_namespace, pid, reaped)
+    _kill_others(in_pid_namespace, reaped)
     for fd in list(buffers) + [pidfd] + ([writer] if writer is not None else []):
         try:
             os.close(fd)
@@ -806,7 +800,15 @@ def isolate_and_serve(job, control):
         )
     control.closed = True  # B2 owns the conversation from here
     _, status = os.waitpid(pid, 0)
+    _remove_workdir(job["workdir"])
     _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _remove_workdir(workdir):
+    """B0 removes the program's folder when it ends, so that none is left when the caller died first."""
+    import shutil
+
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _network_reachable():
@@ -824,6 +826,9 @@ def _network_reachable():
 # Imported once per program, before any test forks: the tests start faster, and these stay importable where
 # the interpreter's files are private to another user and cannot be re-exposed (limits-only mode as root).
 PRELOADED_MODULES = [
+    "statistics",
+    "io",
+    "json",
     "array",
     "bisect",
     "collections",
@@ -883,6 +888,7 @@ def main():
         False,
         {"isolated": False, "reason": reason, "readonly_failures": [], "network_reachable": None},
     )
+    _remove_workdir(job["workdir"])
 
 
 def fork_server(request_fd):

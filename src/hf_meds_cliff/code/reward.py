@@ -57,6 +57,8 @@ class CodeTestsReward:
             test in fraction mode.
         max_workers: concurrent sandboxes (default: one per usable core).
         tests_column: the dataset column holding the tests.
+        livecodebench_imports: give stdin and functional programs the imports LiveCodeBench's grader gives
+            them (see :func:`~hf_meds_cliff.code.run_tests`).
 
     >>> reward = CodeTestsReward(limits=SandboxLimits(timeout_s=5))
     >>> tests = '[{"input": "2 3\\\\n", "output": "5\\\\n", "testtype": "stdin"}]'
@@ -74,6 +76,7 @@ class CodeTestsReward:
         stop_at_first_failure: bool | None = None,
         max_workers: int | None = None,
         tests_column: str = "tests",
+        livecodebench_imports: bool = True,
     ):
         if mode not in REWARD_MODES:
             raise ValueError(f"mode={mode!r} must be one of {REWARD_MODES}.")
@@ -97,6 +100,7 @@ class CodeTestsReward:
         )
         self.max_workers = max_workers
         self.tests_column = tests_column
+        self.livecodebench_imports = bool(livecodebench_imports)
         self.counts: collections.Counter[str] = collections.Counter()
         self.last_results: list[TestRunResult | None] = []
         self.__name__ = "code_tests"  # TRL names the reward column (and `rewards/<name>/mean`) after it
@@ -118,6 +122,7 @@ class CodeTestsReward:
             "limits": self.limits,
             "stop_at_first_failure": self.stop_at_first_failure,
             "max_tests": self.max_tests,
+            "livecodebench_imports": self.livecodebench_imports,
         }
 
     def _jobs(self, completions: Sequence[Any], tests: Sequence[Any] | None, kwargs: dict[str, Any]):

