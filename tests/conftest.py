@@ -1,7 +1,7 @@
 """Shared test setup: offline environment defaults, one torch thread and the toy-world fixtures.
 
-``toy_policy_path`` is the warmed-up toy policy from the on-disk cache (``$HF_MEDS_CLIFF_CACHE/toy/<key>``,
-default ``~/.cache/hf_meds_cliff``): built once on first use (~7 minutes measured on a busy 2-core
+``toy_policy_path`` is the warmed-up toy policy (:func:`hf_meds_cliff.toy.toy_policy`) from the on-disk cache
+(``$HF_MEDS_CLIFF_CACHE/toy/<key>``, default ``~/.cache/hf_meds_cliff``): built once on first use (~7 minutes measured on a busy 2-core
 machine), then reused by every later session. It emits ``\\boxed{}`` answers, some right and some wrong, so groups of
 8 samples per prompt are often mixed.
 
@@ -9,7 +9,8 @@ Where the warm-up stops differs between machines (CPU kernels differ), so no tes
 policy happens to get right: a test that needs learning signal builds it in (see ``tests/helpers.py``). To check
 that, point the suite at another warmed-up toy policy with ``HF_MEDS_CLIFF_TOY_POLICY=/path/to/policy`` (a folder
 written by ``python -m hf_meds_cliff.toy.warmup --output_dir ... --seed 1``, or with another
-``--target_greedy_accuracy``); the ``toy_policy`` marker selects the tests that use it::
+``--target_greedy_accuracy``; the scripts' ``toy`` model follows the variable too); the ``toy_policy`` marker
+selects the tests that use it::
 
     HF_MEDS_CLIFF_TOY_POLICY=/tmp/toy-seed1 python -m pytest -q -m toy_policy
 """
@@ -39,26 +40,13 @@ def toy_tokenizer():
     return build_toy_tokenizer()
 
 
-TOY_POLICY_ENV_VARIABLE = "HF_MEDS_CLIFF_TOY_POLICY"
-
-
 @pytest.fixture(scope="session")
 def toy_policy_path() -> Path:
     """Folder of the warmed-up toy policy (model, tokenizer, ``warmup_metrics.json``): the cached default warm-up,
-    or the folder named by ``$HF_MEDS_CLIFF_TOY_POLICY``."""
-    from hf_meds_cliff.toy import warmup_toy_model
-    from hf_meds_cliff.toy.warmup import METRICS_FILE
+    or the folder named by ``$HF_MEDS_CLIFF_TOY_POLICY`` (which the scripts' ``toy`` model then names too)."""
+    from hf_meds_cliff.toy import toy_policy
 
-    chosen = os.environ.get(TOY_POLICY_ENV_VARIABLE)
-    if not chosen:
-        return warmup_toy_model()
-    path = Path(chosen).expanduser()
-    if not (path / METRICS_FILE).is_file():
-        raise pytest.UsageError(
-            f"{TOY_POLICY_ENV_VARIABLE}={chosen!r} is not a warmed-up toy policy (no {METRICS_FILE} in it); write one "
-            f"with `python -m hf_meds_cliff.toy.warmup --output_dir {chosen} --seed 1` or unset the variable."
-        )
-    return path
+    return toy_policy()
 
 
 TOY_POLICY_FIXTURES = {"toy_policy_path", "toy_model_path"}
@@ -68,7 +56,7 @@ TOY_POLICY_FIXTURES = {"toy_policy_path", "toy_model_path"}
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers",
-        f"toy_policy: uses the warmed-up toy policy (${TOY_POLICY_ENV_VARIABLE} swaps in another one)",
+        "toy_policy: uses the warmed-up toy policy ($HF_MEDS_CLIFF_TOY_POLICY swaps in another one)",
     )
 
 

@@ -55,8 +55,8 @@ class MixedGroupsReward:
     """A 0/1 correctness reward made to give every group both values, whatever the policy samples.
 
     Wraps ``reward`` (a TRL reward function returning 0.0/1.0 per row); in a group of ``num_generations`` consecutive
-    rows (TRL's order: the rows of one prompt are adjacent in a process's batch) that got one value only, the last
-    row's value is flipped. Every group is then mixed (non-zero advantages under every loss type and scaling), and
+    rows (TRL's order: the rows of one prompt are adjacent in a process's batch) whose graded rows (not ``None``) got
+    one value only, the last graded row's value is flipped. Every group is then mixed (non-zero advantages under every loss type and scaling), and
     every group holds a wrong row each round (so MEDS's memory of every prompt gains a wrong row per round). For
     tests about the trainers' machinery, not about the reward. ``flipped`` counts the rows it changed, ``calls`` the
     batches it scored; ``values`` keeps every row's (possibly flipped) value in call order.
@@ -84,9 +84,9 @@ class MixedGroupsReward:
                 raise ValueError(
                     f"rows {start}..{start + size - 1} are not one prompt's group: {prompts[start : start + size]}"
                 )
-            group = values[start : start + size]
-            if None not in group and len(set(group)) == 1:
-                values[start + size - 1] = 1.0 - group[-1]
+            graded = [i for i in range(start, start + size) if values[i] is not None]
+            if len(graded) >= 2 and len({values[i] for i in graded}) == 1:
+                values[graded[-1]] = 1.0 - values[graded[-1]]
                 self.flipped += 1
         self.calls += 1
         self.values.extend(values)
@@ -130,3 +130,16 @@ def half_solved_toy_problems(policy_path, count: int, low: float = 0.25, high: f
             f"of the time (measured: {sorted(acc for _, acc in measured)}); pass a larger pool_size."
         )
     return [measured[i][0] for _, i in chosen[:count]]
+
+
+def mix_script_rewards(monkeypatch) -> None:
+    """Make the training scripts' correctness reward (their first) a :class:`MixedGroupsReward` for this test."""
+    from hf_meds_cliff import script_utils
+
+    build_reward_funcs = script_utils.build_reward_funcs
+
+    def mixed_reward_funcs(script_args, training_args):
+        first, *rest = build_reward_funcs(script_args, training_args)
+        return [MixedGroupsReward(first, training_args.num_generations), *rest]
+
+    monkeypatch.setattr(script_utils, "build_reward_funcs", mixed_reward_funcs)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import MixedGroupsReward, free_port
+from helpers import MixedGroupsReward, free_port, mix_script_rewards
 
 from hf_meds_cliff.meds.config import MEDSConfig
 
@@ -177,18 +177,9 @@ def test_train_meds_script_grpo_end_to_end(toy_policy_path, tmp_path, monkeypatc
 
     from transformers import AutoModelForCausalLM
 
-    from hf_meds_cliff import script_utils
     from hf_meds_cliff.script_utils import parse_script_args
 
-    # The script's own math reward, made to mix every group: the test is about the script, not the policy's luck.
-    build_reward_funcs = script_utils.build_reward_funcs
-
-    def mixed_reward_funcs(script_args, training_args):
-        first, *rest = build_reward_funcs(script_args, training_args)
-        return [MixedGroupsReward(first, training_args.num_generations), *rest]
-
-    monkeypatch.setattr(script_utils, "build_reward_funcs", mixed_reward_funcs)
-
+    mix_script_rewards(monkeypatch)  # the test is about the script, not about what this policy solves
     spec = importlib.util.spec_from_file_location("train_meds", REPO_ROOT / "scripts" / "train_meds.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -17,7 +17,7 @@ from .task import (
     question_split,
 )
 from .tokenizer import build_toy_tokenizer
-from .warmup import WarmupSettings, boxed_integer, evaluate_policy, warmup_toy_model
+from .warmup import WarmupSettings, boxed_integer, evaluate_policy, toy_policy, warmup_toy_model
 
 __all__ = [
     "ToyModelConfig",
@@ -37,5 +37,6 @@ __all__ = [
     "problem_id",
     "question_split",
     "toy_generation_config",
+    "toy_policy",
     "warmup_toy_model",
 ]
