@@ -93,6 +93,27 @@ class MixedGroupsReward:
         return values
 
 
+class UniformThenMixedRounds:
+    """For dynamic sampling: odd calls (each step's first generation round) give ``uniform_value`` on every row, so
+    every group is dropped; even calls give ``reward`` made to mix every group (:class:`MixedGroupsReward`), so
+    every group is kept. With one round's worth of groups per batch, each step takes exactly 2 rounds and drops the
+    first round's groups. ``rounds`` records each round's prompts."""
+
+    def __init__(
+        self, reward: Callable[..., Sequence[float | None]], num_generations: int, uniform_value=0.0
+    ):
+        self.mixed = MixedGroupsReward(reward, num_generations)
+        self.__name__ = self.mixed.__name__
+        self.uniform_value = uniform_value
+        self.rounds: list[list] = []
+
+    def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
+        self.rounds.append(list(prompts))
+        if len(self.rounds) % 2:
+            return [self.uniform_value] * len(completions)
+        return self.mixed(prompts=prompts, completions=completions, **kwargs)
+
+
 @functools.cache
 def measured_toy_accuracy(
     policy_path: str, split: str = "train", pool_size: int = 96, num_samples: int = 16, seed: int = 0
@@ -143,3 +164,16 @@ def mix_script_rewards(monkeypatch) -> None:
         return [MixedGroupsReward(first, training_args.num_generations), *rest]
 
     monkeypatch.setattr(script_utils, "build_reward_funcs", mixed_reward_funcs)
+
+
+def write_half_solved_toy_data(policy_path, count: int, path: Path) -> list[str]:
+    """Write ``count`` :func:`half_solved_toy_problems` to ``path`` as JSON lines in the toy dataset's columns (chat
+    ``prompt``, ``answer``, ``problem_id``, ``solution``), for the scripts' ``--dataset_name PATH --prompt_template
+    keep``; return the script arguments that train on it."""
+    import json
+
+    from hf_meds_cliff.toy.task import toy_rows
+
+    rows = toy_rows(half_solved_toy_problems(policy_path, count))
+    path.write_text("".join(json.dumps(dict(zip(rows, values))) + "\n" for values in zip(*rows.values())))
+    return ["--dataset_name", str(path), "--prompt_template", "keep"]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from datasets import Dataset
-from helpers import MixedGroupsReward
+from helpers import MixedGroupsReward, UniformThenMixedRounds
 
 from hf_meds_cliff.dapo import DAPOConfig, DAPOTrainer, concat_rows, groups_with_signal, pad_rows
 
@@ -93,27 +93,10 @@ def constant_reward(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-class UniformThenMixedRounds:
-    """Odd calls (each step's first generation round): 1.0 on every row, so dynamic sampling drops every group;
-    even calls: the parity reward made to mix every group, so every group is kept. With 2 groups per round, each
-    step takes exactly 2 rounds, drops 2 groups and trains on the second round's. Records each round's prompts."""
-
-    __name__ = "uniform_then_mixed"
-
-    def __init__(self, num_generations: int):
-        self.mixed = MixedGroupsReward(parity_reward, num_generations)
-        self.rounds: list[list] = []
-
-    def __call__(self, prompts, completions, **kwargs):
-        self.rounds.append(list(prompts))
-        if len(self.rounds) % 2:
-            return constant_reward(completions)
-        return self.mixed(prompts=prompts, completions=completions, **kwargs)
-
-
 @pytest.mark.slow
 def test_dynamic_sampling_trains_on_groups_with_signal_only(tiny_policy, tmp_path):
-    reward = UniformThenMixedRounds(num_generations=4)
+    # Each step: a first round of uniform groups (all dropped), then a round of mixed ones (all kept).
+    reward = UniformThenMixedRounds(parity_reward, 4, uniform_value=1.0)
     trainer = make_trainer(tiny_policy, tmp_path, reward)
     tokenizer = trainer.processing_class
     batches = []
