@@ -79,7 +79,7 @@ def _config(output_dir, **overrides) -> MEDSConfig:
     return MEDSConfig(**values)
 
 
-def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
+def _trainer(policy_path, args, num_prompts=2, memory_groups=None, correctness=exact_answer_reward):
     """MEDS on ``num_prompts`` toy prompts; the exact reward made to mix every group (``MixedGroupsReward``), so
     every step has non-zero advantages and every prompt's memory gains a wrong row each round, whatever this
     machine's warm-up solves."""
@@ -98,7 +98,7 @@ def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
         )
     return MEDSGRPOTrainer(
         model=model,
-        reward_funcs=[MixedGroupsReward(exact_answer_reward, args.num_generations)],
+        reward_funcs=[MixedGroupsReward(correctness, args.num_generations)],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -230,6 +230,31 @@ def test_dr_grpo_with_two_iterations_reuses_trl_forward(toy_policy_path, tmp_pat
         assert source == "captured"
         assert has_feature.any() and torch.equal(has_feature, again_has_feature)
         torch.testing.assert_close(features[has_feature], again[has_feature], rtol=1e-4, atol=1e-5)
+
+
+def solves_everything(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def solves_nothing(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verdict", [solves_everything, solves_nothing])
+def test_trainer_set_up_has_signal_whatever_the_policy_solves(toy_policy_path, tmp_path, verdict):
+    """The guard of issue 18: the set-up above gives learning signal even where the policy's groups are all right or
+    all wrong (a warm-up that stopped much later or earlier than this machine's): the dr_grpo run's checks hold."""
+    trainer = _trainer(
+        toy_policy_path,
+        _config(tmp_path, loss_type="dr_grpo", num_iterations=2, max_steps=4),
+        correctness=verdict,
+    )
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    _assert_penalised_and_logged(trainer, before, "captured")
+    reward = trainer.reward_funcs[0]
+    assert reward.flipped == 2 * 2  # every group of both generation rounds was uniform, and made mixed
 
 
 @pytest.mark.slow
