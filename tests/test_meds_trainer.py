@@ -152,17 +152,21 @@ def _assert_penalised_and_logged(trainer, parameters_before, feature_source):
     from hf_meds_cliff.meds.diagnostics import trl_advantages
 
     columns = np.array([list(trainer._logs["rewards"][name]) for name in trainer.reward_func_names]).T
-    np.testing.assert_allclose(
-        trl_advantages(
-            columns,
-            trainer.reward_weights.numpy(),
-            np.arange(len(columns)) // trainer.num_generations,
-            trainer.scale_rewards,
-        ),
-        list(trainer._logs["advantages"]),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    group_ids = np.arange(len(columns)) // trainer.num_generations
+    weights = trainer.reward_weights.numpy()
+    with_penalty = trl_advantages(columns, weights, group_ids, trainer.scale_rewards)
+    np.testing.assert_allclose(with_penalty, list(trainer._logs["advantages"]), rtol=1e-5, atol=1e-5)
+    # ... so the advantage shift of the last batch is TRL's advantages with and without the penalty column.
+    without = columns.copy()
+    without[:, trainer.reward_func_names.index("meds_penalty")] = 0.0
+    shift = np.abs(with_penalty - trl_advantages(without, weights, group_ids, trainer.scale_rewards)).mean()
+    assert logs[-1]["meds/advantage_shift"] == pytest.approx(shift, rel=1e-5, abs=1e-6)
+    if (
+        trainer.scale_rewards != "group"
+    ):  # no group std to absorb it: a penalised mixed group moves advantages
+        for record in logs:
+            if record["meds/frac_penalized"] > 0:
+                assert record["meds/advantage_shift"] > 0.0, record
 
     changed = [
         n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), parameters_before[n])
