@@ -91,8 +91,8 @@ def user_questions(policy, setting: dict) -> list[tuple[str, str]]:
 
     One question the policy is measured to solve about half of the time (``half_solved_toy_problems``): groups are
     mixed and it recurs every step, so the MEDS memory meets it again in the second generation round whatever
-    order TRL's sampler draws. The ``mask_truncated`` cell takes a short half-solved question and the question of
-    the pool with the longest worked solution, alternating (``shuffle_dataset=False``), and cuts completions 2
+    order TRL's sampler draws. The ``mask_truncated`` cell takes a short question the policy often gets wrong and
+    the question of the pool with the longest worked solution, alternating (``shuffle_dataset=False``), and cuts completions 2
     tokens before the long one's solution ends (after its ``\\boxed{``): every round has completions that finish
     (MEDS features) and completions truncated after their ``\\boxed{``.
     """
@@ -100,8 +100,11 @@ def user_questions(policy, setting: dict) -> list[tuple[str, str]]:
         (problem,) = half_solved_toy_problems(policy, 1)
         return [(problem.question, str(problem.answer))]
     lengths = _solution_lengths(policy)
-    short = min(half_solved_toy_problems(policy, 8), key=lambda p: lengths[p.question])
-    long = max((p for p, _ in measured_toy_accuracy(str(policy))), key=lambda p: lengths[p.question])
+    measured = measured_toy_accuracy(str(policy))
+    # The shortest solution among the problems the policy gets wrong at least a quarter of the time (wrong rollouts
+    # that finish, for MEDS's memory and Cliff's teacher), the longest of the pool.
+    short = min((p for p, accuracy in measured if accuracy <= 0.75), key=lambda p: lengths[p.question])
+    long = max((p for p, _ in measured), key=lambda p: lengths[p.question])
     return [(short.question, str(short.answer)), (long.question, str(long.answer))]
 
 
