@@ -27,10 +27,9 @@ The code lives in the package (``hf_meds_cliff.scripts.eval_passk``), shared wit
 
 from __future__ import annotations
 
-from hf_meds_cliff.scripts.eval_passk import configure_logging, main, make_parser, parse_args
+from hf_meds_cliff.scripts.eval_passk import main, make_parser, parse_args, run
 
 __all__ = ["main", "make_parser", "parse_args"]
 
 if __name__ == "__main__":
-    configure_logging()
-    main(parse_args())
+    raise SystemExit(run())

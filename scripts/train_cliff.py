@@ -4,6 +4,11 @@ Toy world on CPU (no download, no LLM: the exact rule-based teacher judges the t
 
     python scripts/train_cliff.py
 
+Cliff on code, on CPU too: the code world (the toy chains as stdin programs; the sandboxed test reward; the exact rule
+teacher finds the first wrong program line):
+
+    python scripts/train_cliff.py --domain code
+
 A real student with an LLM teacher served over HTTP beside training. Any OpenAI-compatible server works
 (`vllm serve`, SGLang, `transformers serve`, a hosted API). With 8 GPUs, give the teacher two of them:
 
@@ -40,4 +45,7 @@ from hf_meds_cliff.scripts.train_cliff import (
 __all__ = ["TeacherArguments", "apply_teacher_arguments", "main", "make_parser", "parse_args"]
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    from hf_meds_cliff.script_utils import run_script
+    from hf_meds_cliff.scripts.train_cliff import METHOD
+
+    raise SystemExit(run_script(METHOD, main, parse_args))

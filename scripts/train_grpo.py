@@ -31,4 +31,7 @@ from hf_meds_cliff.scripts.train_grpo import main, make_parser, parse_args
 __all__ = ["main", "make_parser", "parse_args"]
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    from hf_meds_cliff.script_utils import run_script
+    from hf_meds_cliff.scripts.train_grpo import METHOD
+
+    raise SystemExit(run_script(METHOD, main, parse_args))

@@ -29,4 +29,7 @@ from hf_meds_cliff.scripts.train_meds import PLOTTED_METRICS, main, make_parser,
 __all__ = ["PLOTTED_METRICS", "main", "make_parser", "parse_args", "plot_meds_metrics"]
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    from hf_meds_cliff.script_utils import run_script
+    from hf_meds_cliff.scripts.train_meds import METHOD
+
+    raise SystemExit(run_script(METHOD, main, parse_args))

@@ -27,14 +27,19 @@ PROBLEM = "Compute (2 + 3) * 2 - 1."
 
 
 class ScriptedTeacher:
-    """Answers from a script: ``solutions[problem]`` and ``judgments[completion text]`` (a list is cycled)."""
+    """Answers from a script: ``solutions[problem]`` and ``judgments[completion text]`` (a list is cycled).
+
+    With ``rendezvous=n`` each judge call waits (at most 5 s) until ``n`` calls are in flight at once, so calls
+    made concurrently reach ``max_in_flight == n`` whatever the machine's load, and calls made one at a time
+    never do."""
 
     name = "scripted"
 
-    def __init__(self, solutions=None, judgments=None, delay=0.0):
+    def __init__(self, solutions=None, judgments=None, rendezvous=0):
         self.solutions = solutions or {}
         self.judgments = judgments or {}
-        self.delay = delay
+        self.rendezvous = rendezvous
+        self._all_in_flight: asyncio.Event | None = None
         self.solve_calls: list[str] = []
         self.judge_calls: list[str] = []
         self.in_flight = 0
@@ -51,7 +56,15 @@ class ScriptedTeacher:
         self.judge_calls.append(text)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        await asyncio.sleep(self.delay)
+        if self.rendezvous:
+            if self._all_in_flight is None:
+                self._all_in_flight = asyncio.Event()
+            if self.in_flight >= self.rendezvous:
+                self._all_in_flight.set()
+            try:
+                await asyncio.wait_for(self._all_in_flight.wait(), timeout=5)
+            except asyncio.TimeoutError:
+                pass  # not concurrent: max_in_flight stays below the rendezvous and the test says so
         self.in_flight -= 1
         script = self.judgments[text]
         if isinstance(script, list):
@@ -282,7 +295,7 @@ def test_reduce_first_mistakes_rejects_bad_input():
 
 def test_calls_are_concurrent_and_work_inside_a_running_event_loop(judge_factory):
     wrongs = [WRONG_AT_1.replace("11 - 1", f"11 - 1{' ' * k}") for k in range(8)]
-    teacher = ScriptedTeacher({PROBLEM: RIGHT}, {w: ok(1) for w in wrongs}, delay=0.2)
+    teacher = ScriptedTeacher({PROBLEM: RIGHT}, {w: ok(1) for w in wrongs}, rendezvous=8)
     judge = judge_factory(teacher)
     rows = make_rows([(PROBLEM, "9", [RIGHT, *wrongs])])
 
@@ -291,8 +304,8 @@ def test_calls_are_concurrent_and_work_inside_a_running_event_loop(judge_factory
 
     outcome = asyncio.run(caller_inside_a_loop())
     assert outcome.first_mistake[1:] == [1] * 8
-    assert teacher.max_in_flight == 8
-    assert outcome.values["judge_wall_time"][0] < 8 * 0.2  # concurrent, not 8 sequential sleeps
+    assert teacher.max_in_flight == 8  # all eight judge calls were in flight at once
+    assert outcome.values["judge_wall_time"][0] > 0
 
 
 def test_rank_sharding_splits_calls_and_all_ranks_agree(judge_factory):

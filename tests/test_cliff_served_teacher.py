@@ -38,12 +38,13 @@ from transformers import TrainerCallback
 VERDICT = '{"final_answer_correct": false, "first_mistake": 1}'
 
 
-def write_verdict_teacher(folder: Path) -> Path:
-    """A served-model directory that answers ``VERDICT`` to any chat request (greedy decoding)."""
+def write_verdict_teacher(folder: Path, answer: str = VERDICT) -> Path:
+    """A served-model directory that answers ``answer`` (default ``VERDICT``) to any chat request (greedy
+    decoding)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    vocab = {"[PAD]": 0, "[EOS]": 1, "[UNK]": 2, VERDICT: 3}
+    vocab = {"[PAD]": 0, "[EOS]": 1, "[UNK]": 2, answer: 3}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()  # every prompt word is [UNK]: VERDICT has spaces
     tokenizer = PreTrainedTokenizerFast(

@@ -4,7 +4,7 @@ transformers teacher on a tiny model, the rule-based toy teacher, and the factor
 import asyncio
 import json
 import logging
-import time
+import threading
 
 import pytest
 
@@ -18,8 +18,8 @@ from hf_meds_cliff.cliff.teachers import (
     build_teacher,
     is_endpoint_failure,
 )
-from hf_meds_cliff.testing import LoopbackChatServer, Reply
 from hf_meds_cliff.data import QWEN_MATH_INSTRUCTION
+from hf_meds_cliff.testing import LoopbackChatServer, Reply
 
 PROBLEM = "Compute (7 + 5) * 3 - 4."
 REFERENCE = "7 + 5 = 12. 12 * 3 = 36. 36 - 4 = 32. The answer is \\boxed{32}."
@@ -75,27 +75,40 @@ def test_http_teacher_solve_uses_temperature_and_instruction():
     assert body["messages"] == [{"role": "user", "content": f"{PROBLEM}\n{QWEN_MATH_INSTRUCTION}"}]
 
 
+def held_until(release: threading.Event, reply: Reply):
+    """A responder that answers only once ``release`` is set (or after 30 s, so a broken client still ends)."""
+
+    def responder(body, index):
+        release.wait(timeout=30)
+        return reply
+
+    return responder
+
+
 def test_http_teacher_timeout_after_retries():
-    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, delay=1.0)) as server:
+    # The server answers nothing until the teacher has returned: a timeout judgment then shows the client gave
+    # up at its own timeout (a client waiting for the server would get the good answer, after 30 s).
+    release = threading.Event()
+    with LoopbackChatServer(held_until(release, Reply(content=GOOD_ANSWER))) as server:
         teacher = fast_teacher(server, timeout=0.2, max_retries=1)
-        start = time.perf_counter()
-        judgment = run(judge_and_close(teacher))
-        elapsed = time.perf_counter() - start
+        try:
+            judgment = run(judge_and_close(teacher))
+        finally:
+            release.set()
     assert judgment.status == "timeout" and is_endpoint_failure(judgment)
     assert judgment.first_mistake is None
-    assert len(server.requests) == 2  # first attempt + one retry
+    assert len(server.requests) == 2  # first attempt + one retry, both sent while the server held its reply
     assert teacher.counters["failures/timeout"] == 1 and teacher.counters["retries"] == 1
-    assert elapsed < 1.0 + 0.5  # the client gave up at its timeout, not at the server's 1 s per request
 
 
 def test_http_teacher_timeout_bounds_a_trickling_reply():
-    # every byte arrives well within httpx's read timeout, but the whole reply would take ~3 s
-    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, trickle=0.01)) as server:
+    # Every byte arrives well within httpx's read timeout (one per 20 ms), but the whole reply takes ~6 s: a
+    # client bounded only per read would receive all of it and parse the good answer ("ok"), not time out.
+    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, trickle=0.02)) as server:
         teacher = fast_teacher(server, timeout=0.3, max_retries=0)
-        start = time.perf_counter()
         judgment = run(judge_and_close(teacher))
-        elapsed = time.perf_counter() - start
-    assert judgment.status == "timeout" and elapsed < 1.5
+    assert judgment.status == "timeout" and len(server.requests) == 1
+    assert teacher.counters["failures/timeout"] == 1
 
 
 def test_http_teacher_retries_5xx_then_succeeds():
@@ -112,6 +125,7 @@ def test_http_teacher_retries_5xx_then_succeeds():
     assert not any(key.startswith("failures/") for key in teacher.counters)
 
 
+@pytest.mark.timeout(120)  # an uncapped Retry-After would sleep for an hour
 def test_http_teacher_waits_as_long_as_retry_after_says():
     """A 429/503 with ``Retry-After`` (seconds) is retried no sooner than the server asked (capped at backoff_max),
     as the openai SDK does; the backoff alone would retry after ~0.01 s here."""
@@ -121,18 +135,26 @@ def test_http_teacher_waits_as_long_as_retry_after_says():
             return Reply(status=429, raw_body='{"error": "slow down"}', headers={"Retry-After": "0.4"})
         return Reply(content=GOOD_ANSWER)
 
+    def recording_backoffs(teacher):
+        waits, backoff = [], teacher._backoff
+        teacher._backoff = lambda *args: waits.append(backoff(*args)) or waits[-1]
+        return waits
+
     with LoopbackChatServer(responder) as server:
         teacher = fast_teacher(server, max_retries=1, backoff_max=5.0)
+        waits = recording_backoffs(teacher)
         judgment = run(judge_and_close(teacher))
     assert judgment.status == "ok" and teacher.counters["retries"] == 1
+    assert len(waits) == 1 and 0.4 <= waits[0] <= 5.0
     first, second = server.requests
-    assert second.started - first.started >= 0.4
+    assert second.started - first.started >= 0.4  # the wait really happened before the retry
 
     with LoopbackChatServer(lambda body, index: Reply(status=503, headers={"Retry-After": "3600"})) as server:
         teacher = fast_teacher(server, max_retries=1, backoff_max=0.05)
-        start = time.perf_counter()
+        waits = recording_backoffs(teacher)
         judgment = run(judge_and_close(teacher))
-    assert judgment.status == "http_error" and time.perf_counter() - start < 30  # capped, not an hour
+    assert judgment.status == "http_error" and len(server.requests) == 2
+    assert len(waits) == 1 and waits[0] <= 0.05  # capped at backoff_max, not an hour
 
 
 def test_http_teacher_gives_up_on_persistent_500_and_does_not_retry_400():
@@ -195,17 +217,25 @@ def test_http_teacher_connection_error():
 
 
 def test_http_teacher_concurrency_bound_and_event_loop_reuse():
-    with LoopbackChatServer(lambda body, index: Reply(content=GOOD_ANSWER, delay=0.1)) as server:
+    first_wave = threading.Event()
+
+    def responder(body, index):
+        # The first three requests are held until all three are in the server at once: max_in_flight reaches
+        # the bound by construction, not by the luck of timing (a client sending one at a time times out here).
+        if index == 2:
+            first_wave.set()
+        if index < 3:
+            first_wave.wait(timeout=10)
+        return Reply(content=GOOD_ANSWER, delay=0.1)
+
+    with LoopbackChatServer(responder) as server:
         teacher = fast_teacher(server, max_concurrency=3)
 
         async def many():
             return await asyncio.gather(*(teacher.judge(PROBLEM, REFERENCE, SENTENCES) for _ in range(10)))
 
-        start = time.perf_counter()
         judgments = run(many())
-        elapsed = time.perf_counter() - start
         assert server.max_in_flight == 3  # bounded, and the bound is actually reached
-        assert elapsed >= 0.1 * 4 * 0.9  # ceil(10 / 3) waves of 0.1 s
         # a second event loop (the trainer may call asyncio.run every step) reuses the teacher
         again = run(judge_and_close(teacher))
     assert all(j.status == "ok" and j.first_mistake == 1 for j in judgments + [again])
@@ -327,43 +357,53 @@ def test_transformers_teacher_runs_off_the_event_loop_and_serialises(tiny_causal
     model, tokenizer = tiny_causal_lm
     teacher = TransformersTeacher(model, tokenizer, judge_temperature=0.0, max_new_tokens=24)
     assert isinstance(teacher, Teacher)
+    lock = threading.Lock()
     active = {"now": 0, "max": 0}
+    waiting: list[threading.Event] = []  # one per generation in progress, set by the event loop
+    loop_ran_during_generation: list[bool] = []
     generate = model.generate
 
     def tracking_generate(*args, **kwargs):
-        active["now"] += 1
-        active["max"] = max(active["max"], active["now"])
+        loop_ran = threading.Event()
+        with lock:
+            active["now"] += 1
+            active["max"] = max(active["max"], active["now"])
+            waiting.append(loop_ran)
         try:
-            time.sleep(0.1)  # widen the window in which an unserialised call would overlap
+            # Generation waits until the event loop has run a step: it can only if generation runs off the
+            # loop's thread (on it, the loop is blocked and the wait ends unanswered after its timeout).
+            loop_ran_during_generation.append(loop_ran.wait(timeout=5))
             return generate(*args, **kwargs)
         finally:
-            active["now"] -= 1
+            with lock:
+                active["now"] -= 1
 
     model.generate = tracking_generate
 
     async def scenario():
-        ticks = 0
         done = asyncio.Event()
 
-        async def ticker():
-            nonlocal ticks
+        async def watcher():
             while not done.is_set():
-                ticks += 1
+                with lock:
+                    for event in waiting:
+                        event.set()
                 await asyncio.sleep(0.005)
 
-        ticking = asyncio.create_task(ticker())
+        watching = asyncio.create_task(watcher())
         judgments = await asyncio.gather(*(teacher.judge(PROBLEM, REFERENCE, SENTENCES) for _ in range(3)))
         done.set()
-        await ticking
-        return judgments, ticks
+        await watching
+        return judgments
 
     try:
-        judgments, ticks = run(scenario())
+        judgments = run(scenario())
     finally:
         del model.generate
-    # >= 0.3 s inside generate; a loop blocked by generation would tick about once per judgment
-    assert ticks >= 15
-    assert active["max"] == 1  # generations were serialised
+    assert loop_ran_during_generation == [True] * 3  # the event loop kept running during every generation
+    assert (
+        active["max"] == 1
+    )  # generations were serialised (each one waited for the loop: a window to overlap)
     # a random model answers gibberish: defined outcome, identical under greedy decoding
     assert all(
         j.status in {"parse_error", "missing_field", "empty", "invalid_field", "out_of_range"}
@@ -371,6 +411,49 @@ def test_transformers_teacher_runs_off_the_event_loop_and_serialises(tiny_causal
     )
     assert len({j.raw for j in judgments}) == 1 and judgments[0].raw
     assert teacher.counters["judge_calls"] == 3
+
+
+def test_transformers_teacher_parses_a_scripted_answer_and_solves(tiny_causal_lm):
+    """With ``generate`` scripted to write a given text, a well-formed judge answer becomes a judgment, ``solve``
+    returns the generated text, and the prompts the model saw are the judge and solve prompts."""
+    import torch
+
+    from hf_meds_cliff.cliff.teachers import TransformersTeacher
+
+    model, tokenizer = tiny_causal_lm
+    teacher = TransformersTeacher(
+        model, tokenizer, judge_temperature=0.0, solve_temperature=0.0, max_new_tokens=64
+    )
+    scripted = iter([GOOD_ANSWER, REFERENCE, '{"final_answer_correct": true, "first_mistake": null}'])
+    prompts: list[str] = []
+
+    def scripted_generate(input_ids, **kwargs):
+        prompts.append(tokenizer.decode(input_ids[0]))
+        answer = tokenizer(next(scripted), add_special_tokens=False, return_tensors="pt")["input_ids"]
+        eos = torch.tensor([[tokenizer.eos_token_id]])
+        return torch.cat([input_ids, answer, eos], dim=1)
+
+    model.generate = scripted_generate
+    try:
+
+        async def scenario():
+            wrong = await teacher.judge(PROBLEM, REFERENCE, SENTENCES)
+            solution = await teacher.solve(PROBLEM)
+            right = await teacher.judge(
+                PROBLEM, REFERENCE, [REFERENCE[s:e] for s, e in split_sentences(REFERENCE)]
+            )
+            return wrong, solution, right
+
+        wrong, solution, right = run(scenario())
+    finally:
+        del model.generate
+    assert wrong == Judgment(1, False, "ok", GOOD_ANSWER)
+    assert solution == REFERENCE
+    assert (right.first_mistake, right.verdict_correct, right.status) == (None, True, "ok")
+    assert "[1] 12 * 3 = 35." in prompts[0] and PROBLEM in prompts[0]
+    assert prompts[1].startswith(f"{PROBLEM}\n{QWEN_MATH_INSTRUCTION}")  # no chat template: the plain message
+    assert teacher.counters["judge_calls"] == 2 and teacher.counters["solve_calls"] == 1
+    assert not any(key.startswith("failures/") for key in teacher.counters)
 
 
 # --- factory -----------------------------------------------------------------------------------

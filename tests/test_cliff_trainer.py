@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -71,20 +72,44 @@ def test_scripted_run_splits_prefix_from_suffix_and_checkpoints_caches(tmp_path)
         str(tmp_path), 12, steps=2, save_strategy="steps", save_steps=1, **scripted
     )
     initial = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    loss_rows = []  # the rows of the advantages TRL's loss receives
+    compute_loss = trainer._compute_loss
+
+    def recording_loss(model, inputs):
+        loss_rows.extend(tuple(row.tolist()) for row in inputs["advantages"])
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording_loss
     trainer.train()
 
-    # Step 1: 3 groups x 4 rows; group 2 is all correct; rows 1 and 5 are wrong from sentence 1, rows 2 and 6 from
-    # sentence 0 (see the driver). Token advantages of a wrong-from-sentence-1 row: 0 - b on its first sentence
-    # (λ = 0), A_inc - b on the rest; the group's token advantages sum to zero.
-    advantages = trainer.recorded[0]
-    for row in (1, 5):
-        values = advantages[row][advantages[row] != 0]
-        prefix, suffix = values[0].item(), values[-1].item()
-        assert prefix != pytest.approx(suffix)
-        assert suffix < prefix  # prefix: 0 - b; suffix: A_inc - b with A_inc < 0
-    for group in (0, 1):
-        assert advantages[4 * group : 4 * group + 4].sum().item() == pytest.approx(0.0, abs=1e-4)
-    assert torch.count_nonzero(advantages[8:]) == 0  # zero-variance group
+    # Hand table of the (B, T) token advantages, the same in both steps (same prompts and rollouts; step 2 from the
+    # caches). 3 groups x 4 rows (see the driver): members 0 and 3 correct, member 1 wrong from sentence 1, member 2
+    # wrong from sentence 0; group 2 all correct. The toy tokenizer gives one token per character of these texts,
+    # plus eos. TRL's advantage of [1, 0, 0, 1]: a = 0.5 / (std + 1e-4) with the Bessel std sqrt(1/3); A_cor = a,
+    # A_inc = -a, λ = 0, so u = a on correct rows, 0 on a prefix and -a on a suffix, minus b = the group's token mean.
+    # Group 0 "3 - 13 = -10. -10 * 2 = -20. ...": rows 0 and 3 have 35 + 1 tokens, row 1 a 14-token prefix
+    # "3 - 13 = -10. " then 22, row 2 ("3 - 13 = -9. ...") 33 + 1: sum 72a - 22a - 34a = 16a over 142, b = 8a/71.
+    # Group 1 "10 * 4 = 40. 40 * 3 = 120. ...": every row 49 + 1 tokens, row 5's prefix "10 * 4 = 40. " 13 tokens:
+    # sum 100a - 37a - 50a = 13a over 200 tokens, b = 13a/200.
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-4)
+    b0, b1 = 8 * a / 71, 13 * a / 200
+
+    def row(*runs: tuple[int, float]) -> list[float]:
+        values = [value for count, value in runs for _ in range(count)]
+        return values + [0.0] * (50 - len(values))  # padded to the longest completion of the batch, 50 tokens
+
+    expected = torch.tensor(
+        [
+            row((36, a - b0)), row((14, -b0), (22, -a - b0)), row((34, -a - b0)), row((36, a - b0)),
+            row((50, a - b1)), row((13, -b1), (37, -a - b1)), row((50, -a - b1)), row((50, a - b1)),
+            *[row() for _ in range(4)],
+        ]
+    )  # fmt: skip
+    assert len(trainer.recorded) == 2
+    for advantages in trainer.recorded:
+        torch.testing.assert_close(advantages, expected, rtol=1e-5, atol=1e-6)
+    # TRL's loss received exactly these (B, T) rows (in its own order), the split rows 1 and 5 included.
+    assert sorted(loss_rows) == sorted(tuple(row.tolist()) for step in trainer.recorded for row in step)
 
     logs = [record for record in trainer.state.log_history if "cliff/groups_cliff" in record]
     assert [record["cliff/groups_cliff"] for record in logs] == [2.0, 2.0]

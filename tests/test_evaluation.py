@@ -254,11 +254,10 @@ def test_runner_exact_numbers_and_resume(tmp_path):
     backend = ScriptedBackend(answers, counts)
     summary = run_evaluation(_toy_args(tmp_path), backend=backend)
     toy = summary["benchmarks"]["toy"]
-    c = np.array([0, 1, 4])
     assert toy["num_problems"] == 3 and toy["num_samples"] == 4
-    for k in (1, 2, 4):
-        assert toy["pass@k"][str(k)] == pytest.approx(float(np.mean(pass_at_k(4, c, k))))
-    assert toy["pass@k"]["1"] == pytest.approx(5 / 12)
+    # n = 4 samples, c = 0, 1, 4 correct; pass@k = 1 - C(n - c, k) / C(n, k) per problem, then the mean:
+    # k=1: 0, 1/4, 1 -> 5/12; k=2: 0, 1 - 3/6, 1 -> 1/2; k=4: 0, 1 - 0/1, 1 -> 2/3
+    assert toy["pass@k"] == pytest.approx({"1": 5 / 12, "2": 1 / 2, "4": 2 / 3})
     assert toy["mean@n"] == pytest.approx(5 / 12)
     assert toy["maj@n"] == pytest.approx(
         2 / 3
@@ -286,7 +285,10 @@ def test_runner_exact_numbers_and_resume(tmp_path):
     extended = run_evaluation(_toy_args(tmp_path, max_problems=5), backend=backend)
     assert backend.generated == [p.prompt[-1]["content"] for p in problems[3:]]
     assert extended["benchmarks"]["toy"]["num_problems"] == 5
-    assert extended["benchmarks"]["toy"]["pass@k"]["1"] == pytest.approx(10 / 20)
+    # the two new problems have c = 2 and 3: pass@2 adds 1 - 1/6 and 1, pass@4 adds 1 and 1
+    assert extended["benchmarks"]["toy"]["pass@k"] == pytest.approx(
+        {"1": 10 / 20, "2": (10 / 3) / 5, "4": 4 / 5}
+    )
     lines = samples_path.read_text().splitlines()
     assert len(lines) == 20 and all(json.loads(line) for line in lines)
 

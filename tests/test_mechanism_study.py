@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import load_script
+from helpers import ROOT, load_module
 
 from hf_meds_cliff.toy import ToyProblem, first_mistake_index
 from hf_meds_cliff.toy.task import ToyTaskConfig
@@ -62,7 +62,7 @@ def test_trapped_stream_rate_and_the_plain_warmup_cache_key():
 
 
 def test_report_statistics_by_hand():
-    report = load_script("mechanism_report")
+    report = load_module(ROOT / "studies" / "mechanism_report.py", "mechanism_report")
     assert report.expected_distinct([1, 1, 2, 3], 2) == pytest.approx(
         11 / 6
     )  # only the pair {1, 1} has one value
@@ -78,7 +78,7 @@ def test_report_statistics_by_hand():
 
 @pytest.mark.slow
 def test_mechanism_study_quick_mode(toy_policy_path, tmp_path):
-    study = load_script("mechanism_study")
+    study = load_module(ROOT / "studies" / "mechanism_study.py", "mechanism_study")
     report = tmp_path / "docs" / "mechanism_study.md"
     output = tmp_path / "study"
     argv = ["--quick", "--policy", str(toy_policy_path), "--output_dir", str(output), "--report", str(report)]

@@ -119,10 +119,19 @@ def test_unscorable_rows_and_bad_input():
     # Row 2 has no correctness and no penalty: it is unscorable with and without the penalty (advantage 0 both).
     rewards = _columns([0, 0, np.nan, 1], [-0.1, -0.3, np.nan, 0.0])
     result = meds_advantage_diagnostics(rewards, 1, [1.0, 1.0], [0, 0, 0, 0], [False, False, False, True])
-    with_penalty = trl_advantages(rewards, [1.0, 1.0], [0, 0, 0, 0])
-    without = trl_advantages(rewards[:, :1], [1.0], [0, 0, 0, 0])
-    assert with_penalty[2] == 0.0 and without[2] == 0.0
-    assert result["advantage_shift"] == pytest.approx(np.mean(np.abs(with_penalty - without)))
+    # With the penalty the scorable rewards are -0.1, -0.3, 1.0: mean 0.2, deviations -0.3, -0.5, 0.8,
+    # Bessel variance 0.98 / 2 = 0.49, std 0.7.
+    std_with = 0.7 + EPS
+    with_penalty = [-0.3 / std_with, -0.5 / std_with, 0.0, 0.8 / std_with]
+    # Without it they are 0, 0, 1: mean 1/3, deviations -1/3, -1/3, 2/3, Bessel variance (6/9) / 2 = 1/3.
+    std_without = math.sqrt(1 / 3) + EPS
+    without = [-1 / 3 / std_without, -1 / 3 / std_without, 0.0, 2 / 3 / std_without]
+    np.testing.assert_allclose(trl_advantages(rewards, [1.0, 1.0], [0, 0, 0, 0]), with_penalty, rtol=1e-12)
+    np.testing.assert_allclose(trl_advantages(rewards[:, :1], [1.0], [0, 0, 0, 0]), without, rtol=1e-12)
+    # The unscorable row counts in the mean over rows with a shift of 0: (0.1487 + 0.1369 + 0 + 0.0118) / 4.
+    expected_shift = sum(abs(a - b) for a, b in zip(with_penalty, without)) / 4
+    assert result["advantage_shift"] == pytest.approx(expected_shift, rel=1e-12)
+    assert result["advantage_shift"] == pytest.approx(0.07437, abs=1e-5)
     assert result["frac_groups_differentiated"] == 1.0
     with pytest.raises(ValueError, match="scale_rewards"):
         trl_advantages([[1.0]], [1.0], [0], scale_rewards="std")

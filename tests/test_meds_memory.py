@@ -351,14 +351,33 @@ def test_incremental_fit_equals_fit_from_scratch():
 
 
 def test_min_samples_two_uses_mutual_reachability():
-    memory = ErrorMemory(min_samples=2)
-    # Three tight pairs far apart: with min_samples=2 each row's core distance is its second
-    # nearest other row, so the pairs are only as dense as their distance to the next pair.
+    # Rows at 0°, 1° | 60°, 61° | 200°, 202°, 203°. With min_samples=2 a row's core distance is its
+    # second nearest other row: ~60° for each of the first four, ~3° for the last three. Mutual
+    # reachability then joins 1°-60° at 59° before 0°-1° and 60°-61° (both at 60°), so the first four
+    # rows fall out one at a time and never split into two pairs: one 4-row cluster plus the tight
+    # triple. With min_samples=1 (plain euclidean) the three pairs are three clusters instead, so
+    # this data tells the two settings apart.
     rows = np.array([unit(a) for a in (0, 1, 60, 61, 200, 202, 203)])
+    two_clusters, three_clusters = [0, 0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 2, 2, 2]
+    memory = ErrorMemory(min_samples=2)
     memory.assign_and_update(["q"] * 7, rows)
-    labels = memory.stored_labels("q")
-    assert partition(labels) == partition(hdbscan_labels(rows, min_samples=2))
-    assert labels[5] == labels[6] != -1
+    assert partition(memory.stored_labels("q")) == two_clusters
+    assert partition(hdbscan_labels(rows, min_samples=2)) == two_clusters
+    assert partition(hdbscan_labels(rows, min_samples=1)) == three_clusters
+    plain = ErrorMemory(min_samples=1)
+    plain.assign_and_update(["q"] * 7, rows)
+    assert partition(plain.stored_labels("q")) == three_clusters
+
+    hdbscan = pytest.importorskip("hdbscan")
+    from sklearn.preprocessing import normalize
+
+    for min_samples, expected in ((2, two_clusters), (1, three_clusters)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reference = hdbscan.HDBSCAN(min_cluster_size=2, min_samples=min_samples).fit_predict(
+                normalize(rows)
+            )
+        assert partition(reference) == expected
 
 
 def test_extended_spanning_tree_is_a_minimum_spanning_tree():

@@ -77,6 +77,8 @@ def test_eval_resumed_after_a_kill_mid_batch_equals_an_uninterrupted_run(tmp_pat
 
 def test_corrupt_eval_config_names_the_file_and_the_fix(tmp_path):
     (tmp_path / "eval_config.json").write_text('{"model_name_or_path": "toy", "num_sa')  # killed mid-write
+    sample = {"benchmark": "toy", "problem_id": "p0", "sample_index": 0, "correct": True}
+    (tmp_path / "samples.jsonl").write_text(json.dumps(sample) + "\n")  # results the config protects
     args = EvalArguments(model_name_or_path="toy", output_dir=str(tmp_path), progress=False)
     with pytest.raises(ValueError, match=r"eval_config.json is not valid JSON.*or pass --overwrite"):
         run_evaluation(args)

@@ -9,14 +9,14 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from hf_meds_cliff.rewards import (
+    DEFAULT_BATCH_TIMEOUT,
     AnswerCheck,
     MathAnswerReward,
     MathVerifyPool,
+    ScaledBatchTimeout,
     answer_refused,
     check_answers,
     extract_final_answer,
@@ -261,11 +261,10 @@ def test_batch_budget_bounds_a_batch_of_pathological_answers(pool):
     towers = [f"{base}^{{{base}^{{{base}^{{{base}}}}}}}" for base in range(9, 3, -1)]  # each never returns
     completions = ["\\boxed{" + tower + "}" for tower in towers] + ["\\boxed{\\frac{4}{2}}"]
     before_timeouts, before_budget = pool.timeouts, pool.budget_timeouts
-    start = time.monotonic()
     checks = check_answers(completions, ["2"] * 7, pool=pool, timeout=60, batch_timeout=3)
-    elapsed = time.monotonic() - start
-    assert elapsed < 45, elapsed  # without the budget: at least 3 x 60 s (2 workers, 6 endless answers)
-    # the two answers in flight and the five waiting behind them (the easy one included) are timeouts
+    # the two answers in flight and the five waiting behind them (the easy one included) are timeouts, and the
+    # budget ended every one of them: without it each endless answer would run to its own 60 s timeout (not
+    # counted as a budget timeout) and the easy one would be verified
     assert [c.status for c in checks] == ["timeout"] * 7
     assert pool.budget_timeouts - before_budget == 7 and pool.timeouts - before_timeouts == 7
     assert check_answers(["\\boxed{0.5}"], ["\\frac12"], pool=pool, timeout=30)[0].correct  # pool recovered
@@ -285,6 +284,66 @@ def test_reward_reports_budget_timeouts(monkeypatch):
     reward = MathAnswerReward(batch_timeout_seconds=7)
     assert reward(["\\boxed{1}"] * 2, answer=["2"] * 2, log_metric=metrics.__setitem__) == [0.0, 0.0]
     assert calls["batch_timeout"] == 7.0 and metrics["math_answer/timeout_frac"] == 1.0
+    MathAnswerReward()(["\\boxed{1}"], answer=["2"])  # the default budget scales with the answers verified
+    assert calls["batch_timeout"] == ScaledBatchTimeout(base_seconds=120.0, seconds_per_answer=1.0)
+    assert "batch_timeout_seconds=ScaledBatchTimeout(base_seconds=120.0" in repr(MathAnswerReward())
+
+
+def test_scaled_batch_timeout_formula_and_bad_values():
+    assert ScaledBatchTimeout(base_seconds=10, seconds_per_answer=0.5).seconds(4) == 12.0
+    assert ScaledBatchTimeout(base_seconds=0, seconds_per_answer=2).seconds(3) == 6.0
+    assert DEFAULT_BATCH_TIMEOUT.seconds(8) == 128.0  # 120 s + 1 s per answer
+    with pytest.raises(ValueError, match=r"seconds_per_answer=-1\): must be a number of seconds >= 0"):
+        ScaledBatchTimeout(seconds_per_answer=-1)
+    with pytest.raises(ValueError, match="allows no time at all"):
+        ScaledBatchTimeout(base_seconds=0, seconds_per_answer=0)
+    for bad in (0, -3, True, "fast"):
+        with pytest.raises(ValueError, match=f"batch_timeout_seconds={bad!r} must be a positive number"):
+            MathAnswerReward(batch_timeout_seconds=bad)
+        with pytest.raises(ValueError, match=f"batch_timeout={bad!r} must be a positive number"):
+            check_answers(["\\boxed{1}"], ["1"], batch_timeout=bad)
+
+
+class RecordingPool(MathVerifyPool):
+    """The real pool's bookkeeping (cache, de-duplication, budget) with the workers replaced by a record of
+    what reaches them: every answer is "correct"."""
+
+    def __init__(self):
+        super().__init__(num_workers=2)
+        self.sent: list[tuple[int, float | None]] = []  # (answers sent, deadline) per call
+
+    def _verify_unique(self, requests, timeout, deadline):
+        self.sent.append((len(requests), deadline))
+        return ["correct"] * len(requests)
+
+
+def test_scaled_budget_counts_only_the_answers_that_reach_math_verify(monkeypatch):
+    import types
+
+    from hf_meds_cliff.rewards import verifier
+
+    monkeypatch.setattr(verifier, "time", types.SimpleNamespace(monotonic=lambda: 1000.0))  # a stopped clock
+    pool, budget = RecordingPool(), ScaledBatchTimeout(base_seconds=10, seconds_per_answer=2)
+    completions = [
+        "\\boxed{12}",  # two plain integers: decided digit for digit
+        "\\boxed{\\dfrac{1}{2}}",  # the ground truth written out
+        "no box",
+        "\\boxed{" + nested_fraction(400) + "}",  # refused by the cap
+        "\\boxed{0.5}",  # to math-verify ...
+        "\\boxed{0.5}",  # ... once for both
+        "\\boxed{x+1}",  # to math-verify
+    ]
+    truths = ["12", "\\frac{1}{2}", "3", "\\frac{1}{2}", "\\frac12", "\\frac12", "1+x"]
+    statuses = [c.status for c in check_answers(completions, truths, pool=pool, batch_timeout=budget)]
+    assert statuses == ["correct", "correct", "no_boxed", "refused", "correct", "correct", "correct"]
+    assert pool.sent == [(2, 1000.0 + 10 + 2 * 2)]
+
+    # remembered verdicts do not count either; one new answer gets 10 + 2 x 1 seconds
+    check_answers(completions + ["\\boxed{2y}"], truths + ["y+y"], pool=pool, batch_timeout=budget)
+    assert pool.sent[1:] == [(1, 1000.0 + 12)]
+    check_answers(["\\boxed{z+z}"] * 3, ["2z"] * 3, pool=pool, batch_timeout=7)  # a number: fixed, whatever n
+    check_answers(["\\boxed{w+w}", "\\boxed{v+v}"], ["2w", "2v"], pool=pool, batch_timeout=None)
+    assert pool.sent[2:] == [(1, 1000.0 + 7), (2, None)]
 
 
 def test_duplicate_answers_are_verified_once(pool):

@@ -19,7 +19,9 @@ def test_rewards_through_grpo_trainer(tmp_path, toy_policy_path):
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(toy_policy_path)
     math_reward = MathAnswerReward()
-    overlong = OverlongPenaltyReward(max_completion_length=48, buffer_length=16, penalty_factor=1.0)
+    # The ramp starts at 48 - 32 = 16 tokens: every toy solution (29-45 tokens) is on it, so the per-row check
+    # below meets the linear part by construction, and any completion stopped early meets the flat part.
+    overlong = OverlongPenaltyReward(max_completion_length=48, buffer_length=32, penalty_factor=0.5)
     args = GRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,
@@ -46,6 +48,15 @@ def test_rewards_through_grpo_trainer(tmp_path, toy_policy_path):
             processing_class=tokenizer,
         )
         assert trainer.reward_func_names == ["math_answer", "overlong"]
+        completion_lengths = []  # tokens per completion, eos included, as TRL's completion_mask counts them
+        generate_and_score = trainer._generate_and_score_completions
+
+        def recording(inputs):
+            output = generate_and_score(inputs)
+            completion_lengths.extend(output["completion_mask"].sum(dim=1).tolist())
+            return output
+
+        trainer._generate_and_score_completions = recording
         trainer.train()
     finally:
         torch.set_num_threads(previous_threads)
@@ -59,13 +70,11 @@ def test_rewards_through_grpo_trainer(tmp_path, toy_policy_path):
     ):
         assert key in logged, key
     assert 0.0 <= logged["rewards/math_answer/mean"] <= 1.0
-    assert -1.0 <= logged["rewards/overlong/mean"] <= 0.0
     assert sum(math_reward.counts.values()) == 8  # one generation batch: 2 prompts x 4 completions
     statuses = list(trainer._logs["extra"]["answer_status"])
     assert len(statuses) == 8 and set(statuses) <= {"correct", "wrong", "no_boxed", "timeout", "error"}
-    if (
-        logged["completions/min_length"] >= 32
-    ):  # every completion on the ramp: the mean penalty is linear in length
-        assert logged["rewards/overlong/mean"] == pytest.approx(
-            -(logged["completions/mean_length"] - 32) / 16
-        )
+    # DAPO's soft overlong punishment by hand, per completion: 0 up to 16 tokens, then -(length - 16) / 32 * 0.5.
+    expected = [min(0.0, -(length - 16) / 32 * 0.5) for length in completion_lengths]
+    assert len(expected) == 8 and any(penalty < 0 for penalty in expected), completion_lengths
+    assert list(trainer._logs["rewards"]["overlong"]) == pytest.approx(expected, abs=1e-6)
+    assert logged["rewards/overlong/mean"] == pytest.approx(sum(expected) / 8, abs=1e-6)

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from helpers import load_script
+from helpers import ROOT, load_module, load_script
 
 
 @pytest.mark.slow
@@ -21,7 +21,7 @@ def test_gpu_smoke_script_passes_on_the_cpu_path(toy_policy_path, capsys):
 
 @pytest.mark.slow
 def test_toy_study_quick_mode_trains_evaluates_and_reports(toy_policy_path, tmp_path):
-    study = load_script("toy_study")
+    study = load_module(ROOT / "studies" / "toy_study.py", "toy_study")
     report = tmp_path / "docs" / "toy_study.md"
     assert study.main(["--quick", "--output_dir", str(tmp_path / "study"), "--report", str(report)]) == 0
     results = json.loads((tmp_path / "study" / "results.json").read_text())

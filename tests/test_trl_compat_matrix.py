@@ -8,10 +8,14 @@ the toy world's warmed-up tiny Qwen3 (``toy_policy_path``) so a cell takes secon
 
 Each cell asserts that parameters changed, that the method's metrics (``meds/*``, ``cliff/*``) were logged, and
 for MEDS/Cliff that the method acted: a non-zero MEDS penalty, or Cliff groups whose token advantages differ from
-GRPO's. Cells run at least two generation rounds (the MEDS memory is empty in the first one).
+GRPO's, and that TRL's loss received them: the ``advantages`` its ``_compute_loss`` gets are recorded, (B,) for
+GRPO and MEDS, and for Cliff (B, T), row for row the token advantages Cliff produced (that rows split into a
+correct prefix and a wrong suffix get there is shown with scripted rollouts in ``test_cliff_trainer.py``). Cells
+run at least two generation rounds (the MEDS memory is empty in the first one).
 
-Default run: the cells of ``FAST_CELLS`` (marked ``slow``). The whole matrix (every TRL 1.16 loss type and every
-setting below, for all three trainers) runs with ``HF_MEDS_CLIFF_MATRIX=full``:
+Default run: the cells of ``FAST_CELLS`` (marked ``slow``), which include the loss types other than the clipped
+GRPO family for MEDS and Cliff. The whole matrix (every TRL 1.16 loss type and every setting below, for all three
+trainers) runs with ``HF_MEDS_CLIFF_MATRIX=full``:
 
     HF_MEDS_CLIFF_MATRIX=full python -m pytest -q tests/test_trl_compat_matrix.py
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 import pytest
@@ -70,6 +75,9 @@ SETTINGS: dict[str, dict] = {
     "resume": {"resume": True, "save_strategy": "steps", "save_steps": 2},
 }
 TRAINERS = ("grpo", "meds", "cliff")
+NON_CLIP_LOSSES = ("bnpo", "cispo", "sapo", "luspo", "vespo")
+"""Loss types outside the grpo/dr_grpo/dapo family (dapo, the default, runs in the other fast cells): another
+normalisation (bnpo), clipped or soft importance weights (cispo, sapo, vespo), a sequence-level ratio (luspo)."""
 FAST_CELLS = {
     ("grpo", "grad_accum_2"),
     ("meds", "grad_accum_2"),  # the autocast crash of issue 14
@@ -77,6 +85,7 @@ FAST_CELLS = {
     ("meds", "two_rewards"),
     ("meds", "resume"),
     ("meds", "mask_truncated"),
+    *((kind, f"loss_{loss}") for loss in NON_CLIP_LOSSES for kind in ("meds", "cliff")),
 }
 
 # ------------------------------------------------------------------------------------------------
@@ -262,7 +271,52 @@ def _assert_truncation_masked(kind: str, trainer) -> None:
             assert record["meds/frac_with_feature"] <= 1 - record["completions/clipped_ratio"] + 1e-6
 
 
+def _record_loss_advantages(trainer) -> dict[str, list[torch.Tensor]]:
+    """Recorded as the cell trains: ``produced``, the ``advantages`` of each generation round's output (what the
+    trainer hands TRL's ``_prepare_inputs``), and ``loss``, those of every batch TRL's ``_compute_loss`` receives."""
+    recorded: dict[str, list[torch.Tensor]] = {"produced": [], "loss": []}
+    generate_and_score, compute_loss = trainer._generate_and_score_completions, trainer._compute_loss
+
+    def recording_generation(inputs):
+        output = generate_and_score(inputs)
+        if trainer.model.training:
+            recorded["produced"].append(output["advantages"].detach().cpu().clone())
+        return output
+
+    def recording_loss(model, inputs):
+        assert inputs["advantages"].shape[0] == inputs["completion_mask"].shape[0]
+        if inputs["advantages"].dim() == 2:
+            assert inputs["advantages"].shape == inputs["completion_mask"].shape
+        recorded["loss"].append(inputs["advantages"].detach().cpu().clone())
+        return compute_loss(model, inputs)
+
+    trainer._generate_and_score_completions = recording_generation
+    trainer._compute_loss = recording_loss
+    return recorded
+
+
+def _rows(tensors: list[torch.Tensor]) -> Counter:
+    return Counter(tuple(row.tolist()) for tensor in tensors for row in tensor.reshape(tensor.shape[0], -1))
+
+
+def _assert_loss_advantages(kind: str, trainer) -> None:
+    """GRPO and MEDS hand TRL's loss (B,) advantages. Cliff hands it (B, T) token advantages: every batch the loss
+    receives is 2-D, and its rows are exactly the rows of Cliff's token advantages (TRL shuffles and splits them;
+    each is used ``num_iterations`` times), so a correct prefix and a wrong suffix reach the loss unchanged."""
+    produced, received = trainer.loss_advantages["produced"], trainer.loss_advantages["loss"]
+    assert received, "TRL's loss never ran"
+    if kind != "cliff":
+        assert all(advantages.dim() == 1 for advantages in received), [tuple(a.shape) for a in received]
+        return
+    assert all(advantages.dim() == 2 for advantages in produced + received), [
+        tuple(a.shape) for a in received
+    ]
+    expected = Counter({row: count * trainer.args.num_iterations for row, count in _rows(produced).items()})
+    assert _rows(received) == expected, "the rows TRL's loss received are not Cliff's token advantages"
+
+
 def _assert_cell(kind: str, trainer, before: dict[str, torch.Tensor]) -> None:
+    _assert_loss_advantages(kind, trainer)
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(after[n].detach(), p) for n, p in before.items()), "no parameter changed"
     logs = trainer.state.log_history
@@ -288,6 +342,7 @@ def run_cell(kind: str, setting_name: str, policy, tmp_path) -> None:
         first.train()
         assert (tmp_path / "checkpoint-2").is_dir()
         trainer = _build(kind, policy, tmp_path, setting, max_steps=4)
+        trainer.loss_advantages = _record_loss_advantages(trainer)
         checkpoint = _trainable(first)
         trainer.train(resume_from_checkpoint=True)
         assert trainer.state.global_step == 4
@@ -296,6 +351,7 @@ def run_cell(kind: str, setting_name: str, policy, tmp_path) -> None:
         _assert_cell(kind, trainer, checkpoint)
         return
     trainer = _build(kind, policy, tmp_path, setting)
+    trainer.loss_advantages = _record_loss_advantages(trainer)
     before = _trainable(trainer)
     trainer.train()
     _assert_cell(kind, trainer, before)

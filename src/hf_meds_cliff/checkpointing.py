@@ -9,10 +9,15 @@ power cut. A process killed mid-write (SIGKILL, OOM killer) leaves only the temp
 A checkpoint counts as complete when TRL/transformers wrote its ``trainer_state.json``: ``Trainer._save_checkpoint``
 writes that file after the model, optimizer, scheduler and RNG state, and only then rotates older checkpoints.
 The MEDS and Cliff trainers write their method state before all of these (see their ``_save_checkpoint``).
+
+:class:`CheckpointSafetyMixin` gives every trainer of the package (MEDS, Cliff, and the GRPO/DAPO trainer of the
+scripts) the scripts' resume rule when ``train(resume_from_checkpoint=True)`` is called directly, and keeps secrets
+out of the ``training_args.bin`` files that transformers writes next to every saved model.
 """
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
 import json
 import logging
@@ -20,9 +25,12 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from .redaction import is_secret_option
 
 logger = logging.getLogger(__name__)
 
@@ -249,3 +257,97 @@ def checkpoint_folder(trainer, trial=None) -> Path:
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     return Path(trainer._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the trainers' resume and save hooks
+# ----------------------------------------------------------------------------------------------------------------
+
+_SECRET_FREE_PICKLING: dict[type, type] = {}
+
+
+def _secret_free_pickling_class(cls: type) -> type:
+    """``cls`` with pickling that writes an instance as a ``cls`` whose secret fields
+    (:func:`~hf_meds_cliff.redaction.is_secret_option`) are ``None``."""
+    if cls not in _SECRET_FREE_PICKLING:
+
+        def __reduce_ex__(self, protocol):
+            state = {name: None if is_secret_option(name) else value for name, value in vars(self).items()}
+            # What pickle writes for a plain object under protocols 0/1: load = object.__new__(cls), then
+            # __dict__.update(state). (``copyreg.__newobj__`` would insist that cls is the pickled object's class.)
+            return copyreg._reconstructor, (cls, object, None), state
+
+        _SECRET_FREE_PICKLING[cls] = type(
+            cls.__name__,
+            (cls,),
+            {"__reduce_ex__": __reduce_ex__, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+        )
+    return _SECRET_FREE_PICKLING[cls]
+
+
+@contextmanager
+def pickled_without_secrets(args: Any) -> Iterator[Any]:
+    """Within the block, pickling ``args`` (``torch.save(args, ...)``) writes it with every secret field set to
+    ``None``; reading its attributes still gives the real values (``args.hub_token`` for an upload).
+
+    ``args`` keeps its identity and values; only its class is, for the block, a subclass that overrides
+    ``__reduce_ex__`` (the pickle then names the original class, so loading needs nothing of this module). The
+    class is restored on exit, even on error.
+
+    Copies made inside the block (``copy.copy``, ``copy.deepcopy``, which also use ``__reduce_ex__``) are
+    secret-free too:
+
+    >>> import copy
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Settings:
+    ...     hub_token: str | None = None
+    ...     learning_rate: float = 1e-6
+    >>> settings = Settings(hub_token="hf_secret")
+    >>> with pickled_without_secrets(settings):
+    ...     written = copy.copy(settings)  # what pickle would write
+    ...     in_use = settings.hub_token
+    >>> written, in_use, settings, type(settings).__name__
+    (Settings(hub_token=None, learning_rate=1e-06), 'hf_secret', Settings(hub_token='hf_secret', learning_rate=1e-06), 'Settings')
+    """
+    original = type(args)
+    already_inside = original in _SECRET_FREE_PICKLING.values()  # e.g. a save nested in a push
+    if already_inside or not any(is_secret_option(name) and value for name, value in vars(args).items()):
+        yield args
+        return
+    args.__class__ = _secret_free_pickling_class(original)
+    try:
+        yield args
+    finally:
+        args.__class__ = original
+
+
+class CheckpointSafetyMixin:
+    r"""Resume and saved-file guarantees of the package's trainers, for TRL users who call ``train()`` themselves.
+
+    Put it before ``GRPOTrainer`` in the bases. Overrides (each calls ``super()``):
+
+    * ``train``: ``resume_from_checkpoint`` goes through :func:`resolve_resume_checkpoint`, the function the
+      scripts use: ``True`` (or ``"true"``/``"latest"``) is the newest *complete* ``checkpoint-N`` of
+      ``args.output_dir`` (one with ``trainer_state.json``, which the trainers write after their method state), and
+      each newer, incomplete one (a run killed while saving) is skipped with a warning naming it; transformers' own
+      lookup takes the highest number whatever it holds. A folder must be a complete checkpoint; ``False``/``None``
+      start fresh. Raises ``ValueError`` naming the folder and the fix when there is nothing to resume from.
+    * ``_save`` and ``_push_from_checkpoint`` (the two places transformers ``torch.save``\ s ``self.args`` as
+      ``training_args.bin``, next to every checkpoint's and the final model, and uploaded by ``push_to_hub``): the
+      file is written without ``hub_token`` and every other field whose name marks a secret
+      (:func:`~hf_meds_cliff.redaction.is_secret_option`), as ``None``; in memory the values stay, so the upload
+      still authenticates with ``hub_token``. See :func:`pickled_without_secrets`.
+    """
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        return super().train(checkpoint, *args, **kwargs)
+
+    def _save(self, *args: Any, **kwargs: Any) -> None:
+        with pickled_without_secrets(self.args):
+            super()._save(*args, **kwargs)
+
+    def _push_from_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        with pickled_without_secrets(self.args):
+            super()._push_from_checkpoint(*args, **kwargs)

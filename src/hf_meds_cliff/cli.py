@@ -7,6 +7,7 @@
     hf-meds-cliff grpo   [--config recipe.yaml] [training flags] [accelerate launch flags]
     hf-meds-cliff eval   --model_name_or_path M --output_dir D [evaluation flags]
     hf-meds-cliff report RUN_DIR [-o report.html]
+    hf-meds-cliff judge-eval --data Qwen/ProcessBench|FILE|toy [teacher flags] [--output_json PATH]
 
 The training commands take exactly the arguments of ``scripts/train_<method>.py`` (both run the code of
 :mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags
@@ -14,26 +15,26 @@ the training parser does not know go to ``accelerate launch`` (``--num_processes
 or ``--accelerate_config zero3`` for one of TRL's packaged accelerate configs), and the run is started with
 ``accelerate launch -m hf_meds_cliff.scripts.train_<method>``. ``eval`` and ``report`` run in this process.
 ``hf-meds-cliff <command> --help`` lists every option.
+
+Errors are one line on stderr, ``hf-meds-cliff <command>: error: <message>``, as ``trl`` and ``accelerate`` print
+them: exit status 2 for a usage error (with the usage line), 1 for a failure, 130 for Ctrl-C. The traceback is
+shown with ``hf-meds-cliff --debug <command> ...`` or ``HF_MEDS_CLIFF_DEBUG=1``. A training command's set-up
+errors (before training starts) are printed the same way by the training process.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
 
-PROG = "hf-meds-cliff"
+from .errors import DEBUG_ENV, PROG, UsageError, run_reporting_errors
+from .scripts import TRAINING_COMMANDS
 
-TRAINING_COMMANDS = {
-    "meds": (
-        "train_meds",
-        "Train with MEDS (memory-enhanced dynamic reward shaping); no flags = the toy world.",
-    ),
-    "cliff": ("train_cliff", "Train with Cliff (first-mistake token advantages); no flags = the toy world."),
-    "grpo": ("train_grpo", "Train the GRPO/DAPO baseline; no flags = the toy world."),
-}
+__all__ = ["DEBUG_ENV", "PROG", "UsageError", "main", "run_reporting_errors"]
 
 
 def _subtract_subsequence(items: Sequence[str], subsequence: Sequence[str]) -> list[str]:
@@ -93,10 +94,13 @@ def run_training_command(command: str, argv: Sequence[str]) -> int:
 def run_eval_command(argv: Sequence[str]) -> int:
     from .scripts import eval_passk
 
-    eval_args = eval_passk.make_parser(prog=f"{PROG} eval").parse_args_into_dataclasses(args=list(argv))[0]
-    eval_passk.configure_logging()
-    eval_passk.main(eval_args)
-    return 0
+    return eval_passk.run(argv, prog=f"{PROG} eval")
+
+
+def run_judge_eval_command(argv: Sequence[str]) -> int:
+    from .scripts import judge_eval
+
+    return judge_eval.run(argv, prog=f"{PROG} judge-eval")
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -137,15 +141,28 @@ def run_report_command(argv: Sequence[str]) -> int:
         )
     )
     args = parser.parse_args(list(argv))
-    path = write_report(
-        args.run_dir,
-        args.output,
-        eval_dirs=args.eval_dir,
-        max_prompts=args.max_prompts,
-        max_rollouts=args.max_rollouts,
-    )
-    print(f"Report written to {path}")
-    return 0
+
+    def body() -> int:
+        if args.output is not None and os.path.isdir(args.output):
+            raise UsageError(
+                f"-o {args.output} is a directory; give the HTML file's path, e.g. "
+                f"{os.path.join(args.output, 'report.html')}."
+            )
+        if args.max_prompts < 1 or args.max_rollouts < 1:
+            raise UsageError(
+                f"--max_prompts {args.max_prompts} and --max_rollouts {args.max_rollouts} must be >= 1."
+            )
+        path = write_report(
+            args.run_dir,
+            args.output,
+            eval_dirs=args.eval_dir,
+            max_prompts=args.max_prompts,
+            max_rollouts=args.max_rollouts,
+        )
+        print(f"Report written to {path}")
+        return 0
+
+    return run_reporting_errors("report", body, usage=parser.format_usage)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,7 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
         "a run.",
         allow_abbrev=False,
     )
-    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report}")
+    parser.add_argument(
+        "--debug", action="store_true", help=f"Show the Python traceback of an error (same as {DEBUG_ENV}=1)."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report,judge-eval}")
     for name, (_, help_text) in TRAINING_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
     commands.add_parser(
@@ -163,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "report", help="Write RUN_DIR/report.html, a self-contained view of a run.", add_help=False
+    )
+    commands.add_parser(
+        "judge-eval",
+        help="Measure a Cliff teacher on labelled first-mistake data (ProcessBench format, or the toy world's).",
+        add_help=False,
     )
     return parser
 
@@ -175,11 +200,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.debug and "--debug" in argv[: argv.index(args.command)]:
+        os.environ[DEBUG_ENV] = "1"  # also reaches the training processes accelerate starts
     rest = argv[argv.index(args.command) + 1 :]
     if args.command in TRAINING_COMMANDS:
-        return run_training_command(args.command, rest)
+        return run_reporting_errors(args.command, lambda: run_training_command(args.command, rest))
     if args.command == "eval":
         return run_eval_command(rest)
+    if args.command == "judge-eval":
+        return run_judge_eval_command(rest)
     return run_report_command(rest)
 
 

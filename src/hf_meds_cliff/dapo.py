@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from .checkpointing import CheckpointSafetyMixin
+
 logger = logging.getLogger(__name__)
 
 LEFT_PADDED_KEYS = ("prompt_ids", "prompt_mask")
@@ -329,11 +331,15 @@ class DynamicSamplingMixin:
         return {key: value[mine] for key, value in gathered.items()}
 
 
-class DAPOTrainer(DynamicSamplingMixin, GRPOTrainer):
+class DAPOTrainer(DynamicSamplingMixin, CheckpointSafetyMixin, GRPOTrainer):
     """``GRPOTrainer`` with DAPO dynamic sampling (configure with :class:`DAPOConfig`).
 
     DAPO's other parts are TRL options: ``loss_type="dapo"``, ``epsilon_high=0.28``, ``beta=0`` and the
     ``overlong`` reward of :mod:`hf_meds_cliff.rewards`.
+
+    :class:`~hf_meds_cliff.checkpointing.CheckpointSafetyMixin` adds the package's resume rule
+    (``train(resume_from_checkpoint=True)``: the newest *complete* checkpoint) and a ``training_args.bin`` without
+    secrets.
     """
 
     _tag_names = ["trl", "grpo", "dapo", "hf-meds-cliff"]

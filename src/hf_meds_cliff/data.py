@@ -15,6 +15,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .rewards.extraction import extract_boxed_answer
+from .text import completion_text  # noqa: F401 - re-exported from its previous home (hf_meds_cliff.text)
+
 logger = logging.getLogger(__name__)
 
 QWEN_MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -50,23 +53,6 @@ def prompt_keys(prompts: Sequence[Any], ids: Sequence[Any] | None = None) -> lis
             )
         return [str(i) for i in ids]
     return [prompt_key(p) for p in prompts]
-
-
-def completion_text(completion: Any) -> str:
-    """Text of a TRL completion, which is a string or (conversational) a list of messages.
-
-    >>> completion_text("x = 1")
-    'x = 1'
-    >>> completion_text([{"role": "assistant", "content": "x = 1"}])
-    'x = 1'
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Sequence) and all(isinstance(m, dict) for m in completion):
-        return "".join(str(m.get("content", "")) for m in completion)
-    raise TypeError(
-        f"Expected a completion string or a list of chat messages, got {type(completion).__name__}: {completion!r:.80}"
-    )
 
 
 PROMPT_TEMPLATES = ("qwen_math", "qwen_math_user", "plain", "keep")
@@ -194,8 +180,6 @@ def prepare_math_dataset(
             ) from error
         reason = None
         if answer_from_solution:
-            from .rewards import extract_boxed_answer
-
             answer = extract_boxed_answer(answer) if answer else None
             if answer is None:
                 reason = f"no \\boxed{{}} answer in the solution column {answer_column!r}"
@@ -245,3 +229,225 @@ def warn_long_prompts(dataset, tokenizer, max_prompt_tokens: int | None) -> list
             ", ".join(f"row {i}: {lengths[i]} tokens" for i in longest),
         )
     return long_rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Code problems: prompts and training data (DeepCoder-Preview-Dataset and rows in the same schemas)
+
+CODE_PROMPT_TEMPLATES = ("code", "code_system")
+"""How a code problem becomes a chat prompt:
+
+- ``code``: one user message: the problem, then what to write (a stdin program, or the starter code to complete, or
+  the function to define) and that the answer's last fenced ```` ```python ```` block is the program.
+- ``code_system``: the same instruction as a system message and the problem (with its starter code) as the user
+  message.
+
+The program graded is the last fenced code block of the completion (:func:`hf_meds_cliff.code.extract_program`).
+"""
+
+CODE_FENCE_INSTRUCTION = (
+    "Give the complete solution in one fenced ```python code block at the end of your answer; only the last code "
+    "block is run."
+)
+CODE_STDIN_INSTRUCTION = (
+    "Write a Python 3 program that reads the input from standard input and prints the answer to standard output "
+    "(do not hard-code the examples). " + CODE_FENCE_INSTRUCTION
+)
+CODE_STARTER_INSTRUCTION = (
+    "Write the solution in Python 3 by completing the starter code below, keeping its class and function "
+    "signatures; import what you use. " + CODE_FENCE_INSTRUCTION
+)
+CODE_FUNCTION_INSTRUCTION = (
+    "Write the solution in Python 3 as a function named `{fn_name}` that takes the inputs as arguments and returns "
+    "the answer; import what you use. " + CODE_FENCE_INSTRUCTION
+)
+
+
+def code_instruction(*, starter_code: str | None = None, fn_name: str | None = None) -> str:
+    """What the model is asked to write: a stdin program, the starter code completed, or a function ``fn_name``.
+
+    >>> code_instruction().startswith("Write a Python 3 program that reads the input from standard input")
+    True
+    >>> "`solve`" in code_instruction(fn_name="solve")
+    True
+    """
+    if starter_code and starter_code.strip():
+        return CODE_STARTER_INSTRUCTION
+    if fn_name:
+        return CODE_FUNCTION_INSTRUCTION.format(fn_name=fn_name)
+    return CODE_STDIN_INSTRUCTION
+
+
+def build_code_prompt(
+    problem: str,
+    *,
+    starter_code: str | None = None,
+    fn_name: str | None = None,
+    template: str = "code",
+) -> list[dict[str, str]]:
+    """Chat prompt for a code ``problem`` under ``template`` (see :data:`CODE_PROMPT_TEMPLATES`).
+
+    A non-empty ``starter_code`` is shown in a fenced block after the problem (functional problems such as
+    LiveCodeBench's LeetCode ones or HumanEval); otherwise ``fn_name`` names the function to write, and without
+    either the task is a stdin/stdout program.
+
+    >>> prompt = build_code_prompt("Print the sum of two integers.")
+    >>> [m["role"] for m in prompt], "standard input" in prompt[0]["content"]
+    (['user'], True)
+    >>> prompt = build_code_prompt("Add.", starter_code="def add(a, b):", template="code_system")
+    >>> [m["role"] for m in prompt], prompt[1]["content"].endswith("```python\\ndef add(a, b):\\n```")
+    (['system', 'user'], True)
+    """
+    if not isinstance(problem, str) or not problem.strip():
+        raise ValueError(f"A code problem needs its statement text, got {problem!r:.80}.")
+    body = problem.strip()
+    if starter_code and starter_code.strip():
+        body += f"\n\n```python\n{starter_code.strip()}\n```"
+    instruction = code_instruction(starter_code=starter_code, fn_name=fn_name)
+    if template == "code":
+        return [{"role": "user", "content": f"{body}\n\n{instruction}"}]
+    if template == "code_system":
+        return [{"role": "system", "content": instruction}, {"role": "user", "content": body}]
+    raise ValueError(f"Unknown code prompt template {template!r}; choose one of {CODE_PROMPT_TEMPLATES}.")
+
+
+def json_object(value: Any, *, row: int | None = None, column: str = "metadata") -> dict[str, Any]:
+    """A row's JSON-object column (DeepCoder's ``metadata`` is a JSON string; an object or null also works).
+
+    >>> json_object('{"func_name": "solve"}'), json_object(None), json_object({"a": 1})
+    ({'func_name': 'solve'}, {}, {'a': 1})
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            where = f"row {row}, " if row is not None else ""
+            raise ValueError(
+                f"{where}column {column!r} is not valid JSON ({error}): {value[:80]!r}"
+            ) from error
+    if not isinstance(value, dict):
+        where = f"row {row}, " if row is not None else ""
+        raise TypeError(f"{where}column {column!r} must be a JSON object, got {type(value).__name__}.")
+    return value
+
+
+DEEPCODER_CONFIGS = ("primeintellect", "taco", "lcbv5", "codeforces")
+"""Configs of ``agentica-org/DeepCoder-Preview-Dataset``: ``primeintellect``, ``taco`` and ``lcbv5`` have train splits
+(``lcbv5`` and ``codeforces`` test splits too)."""
+
+LIVECODEBENCH_OVERLAP_WARNING = (
+    "DeepCoder's `lcbv5` config holds LiveCodeBench problems (May 2023 to Feb 2025), which LiveCodeBench v6 "
+    "(release_v6, and its v5 window) also contains: do not train on `lcbv5` when you report LiveCodeBench v5/v6 "
+    "(train on `primeintellect` and `taco` only, or evaluate on a window after the training data)."
+)
+
+
+def code_function_name(tests: Any, metadata: Any = None, *, row: int | None = None) -> str | None:
+    """The function a row's functional tests call: ``metadata["func_name"]`` (LiveCodeBench, DeepCoder's lcbv5),
+    TACO's ``fn_name`` key, or PrimeIntellect's per-test ``fn_name``; ``None`` for stdin problems.
+
+    >>> code_function_name('{"inputs": [[1]], "outputs": [[2]], "fn_name": "double"}')
+    'double'
+    >>> code_function_name('[{"type": "function_call", "fn_name": "f", "input": [1], "output": [2]}]')
+    'f'
+    >>> code_function_name('[{"input": "1\\\\n", "output": "2", "testtype": "stdin"}]', '{"func_name": null}') is None
+    True
+    """
+    name = json_object(metadata, row=row).get("func_name")
+    if name:
+        return str(name)
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError:
+            return None  # reported with the row by the test parser
+    if isinstance(tests, dict) and tests.get("fn_name"):
+        return str(tests["fn_name"])
+    if isinstance(tests, list):
+        for case in tests:
+            if isinstance(case, dict) and case.get("fn_name"):
+                return str(case["fn_name"])
+    return None
+
+
+def prepare_code_dataset(
+    dataset,
+    *,
+    problem_column: str = "problem",
+    tests_column: str = "tests",
+    prompt_template: str = "code",
+    dataset_config: str | None = None,
+    validate_tests: bool = True,
+):
+    """Map a code dataset (DeepCoder-Preview-Dataset rows, or rows in the same schemas) to the columns the code
+    reward reads: ``prompt`` (chat list), ``tests`` (JSON string, as in the source) and ``fn_name`` (the function the
+    functional tests call; ``None`` for stdin problems).
+
+    The ``tests`` column may hold any format :func:`hf_meds_cliff.code.parse_tests` reads (PrimeIntellect
+    ``[{"type": "stdin_stdout"|"function_call", "input", "output"}]``, TACO ``{"inputs", "outputs", "fn_name"?}``,
+    LiveCodeBench ``[{"input", "output", "testtype"}]``, ...), as an object or a JSON string; the function name comes
+    from ``metadata["func_name"]`` or the tests themselves, the starter code from ``starter_code`` (or
+    ``metadata["starter_code"]``) and is shown in the prompt. ``prompt_template="keep"`` uses a ready ``prompt``
+    column. Other columns are kept. With ``validate_tests`` every row's tests are parsed once here, so a malformed
+    row stops loading with its row and field named instead of scoring 0 at some later step.
+
+    ``dataset_config="lcbv5"``, or rows whose tests are in LiveCodeBench's ``testtype`` schema, log
+    :data:`LIVECODEBENCH_OVERLAP_WARNING`: that data overlaps LiveCodeBench v5/v6.
+    """
+    if prompt_template not in (*CODE_PROMPT_TEMPLATES, "keep"):
+        raise ValueError(
+            f"Unknown prompt_template={prompt_template!r} for a code dataset; choose one of "
+            f"{[*CODE_PROMPT_TEMPLATES, 'keep']}."
+        )
+    columns = list(dataset.column_names)
+    source_column = "prompt" if prompt_template == "keep" else problem_column
+    missing = [c for c in (source_column, tests_column) if c not in columns]
+    if missing:
+        raise ValueError(
+            f"The code dataset lacks the column(s) {missing}; it has {columns}. Map yours with "
+            "`--problem_column <problem statement column>` and `--tests_column <tests column>` (or "
+            "`--prompt_template keep` when a ready `prompt` column should be used as it is)."
+        )
+    first_tests = dataset[0][tests_column] if len(dataset) else None
+    if dataset_config == "lcbv5" or '"testtype"' in (
+        first_tests if isinstance(first_tests, str) else json.dumps(first_tests, default=str)
+    ):
+        logger.warning(LIVECODEBENCH_OVERLAP_WARNING)
+    if validate_tests:
+        from .code import parse_tests
+
+    def convert(row, index):
+        raw_tests = row[tests_column]
+        if raw_tests is None or (isinstance(raw_tests, (str, list, dict)) and not raw_tests):
+            raise ValueError(
+                f"Row {index}, column {tests_column!r}: no tests; a code problem without tests cannot be rewarded. "
+                "Drop such rows before training."
+            )
+        metadata = row.get("metadata")
+        fn_name = code_function_name(raw_tests, metadata, row=index)
+        if validate_tests:
+            parse_tests(raw_tests, fn_name=fn_name, row=index)  # raises naming the row and the field
+        # New columns that then replace the source ones: a `tests` column of objects cannot take JSON text in place.
+        out = {
+            "_tests_json": raw_tests if isinstance(raw_tests, str) else json.dumps(raw_tests),
+            "_fn_name": fn_name,
+        }
+        if prompt_template != "keep":
+            problem = row[problem_column]
+            if not isinstance(problem, str) or not problem.strip():
+                raise ValueError(
+                    f"Row {index}, column {problem_column!r}: no problem statement; drop the row or point "
+                    "--problem_column at another column."
+                )
+            starter_code = row.get("starter_code") or json_object(metadata, row=index).get("starter_code")
+            out["prompt"] = build_code_prompt(
+                problem, starter_code=starter_code, fn_name=fn_name, template=prompt_template
+            )
+        return out
+
+    mapped = dataset.map(convert, with_indices=True, desc="Preparing code prompts")
+    replaced = {tests_column, "tests", "fn_name"} & set(columns)
+    mapped = mapped.remove_columns(sorted(replaced))
+    return mapped.rename_columns({"_tests_json": "tests", "_fn_name": "fn_name"})

@@ -64,7 +64,8 @@ def reproduce_command(argv: list[str] | None = None) -> str:
 
     argv = redact_argv(sys.argv if argv is None else argv)
     if argv:
-        from .cli import PROG, TRAINING_COMMANDS
+        from .errors import PROG
+        from .scripts import TRAINING_COMMANDS
 
         package_scripts = Path(__file__).resolve().parent / "scripts"
         script = Path(argv[0])
@@ -74,7 +75,13 @@ def reproduce_command(argv: list[str] | None = None) -> str:
     return " ".join(["python", *(shlex.quote(a) for a in argv)])
 
 
-def model_index_from_summary(summary: Mapping[str, Any], model_name: str) -> list[dict[str, Any]]:
+TASK_NAMES = {"math": "Mathematical reasoning", "code": "Code generation"}
+"""``model-index`` task name per training domain."""
+
+
+def model_index_from_summary(
+    summary: Mapping[str, Any], model_name: str, task_name: str = TASK_NAMES["math"]
+) -> list[dict[str, Any]]:
     """``model-index`` entries (one per benchmark) from a pass@k summary.
 
     ``summary["benchmarks"]`` maps a benchmark name to ``{"pass@k": {"1": 0.41, ...}, ...}``; the
@@ -95,7 +102,7 @@ def model_index_from_summary(summary: Mapping[str, Any], model_name: str) -> lis
             continue
         results.append(
             {
-                "task": {"type": "text-generation", "name": "Mathematical reasoning"},
+                "task": {"type": "text-generation", "name": task_name},
                 "dataset": {"name": benchmark, "type": benchmark},
                 "metrics": metrics,
             }
@@ -108,8 +115,10 @@ def render_method_section(
     hyperparameters: Mapping[str, Any],
     command: str,
     passk_summary: Mapping[str, Any] | None = None,
+    domain: str | None = None,
 ) -> str:
-    """Markdown section appended to TRL's card (template: ``templates/method_section.md``)."""
+    """Markdown section appended to TRL's card (template: ``templates/method_section.md``); ``domain`` (``"math"``
+    or ``"code"``) adds the line saying which domain the run trained on."""
     template = (resources.files("hf_meds_cliff") / "templates" / "method_section.md").read_text()
     rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in sorted(hyperparameters.items()))
     return template.format(
@@ -117,6 +126,7 @@ def render_method_section(
         hyperparameter_rows=rows,
         command=command,
         passk_table=render_passk_table(passk_summary),
+        domain_line=f"\nTrained on the **{domain}** domain.\n" if domain else "",
     )
 
 
@@ -132,11 +142,13 @@ def render_passk_table(passk_summary: Mapping[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def apply_passk_metadata(card, summary: Mapping[str, Any], model_name: str) -> bool:
+def apply_passk_metadata(
+    card, summary: Mapping[str, Any], model_name: str, task_name: str = TASK_NAMES["math"]
+) -> bool:
     """Set the card's ``model-index`` (``eval_results``) from a pass@k summary; False when it has no results."""
     from huggingface_hub import EvalResult
 
-    index = model_index_from_summary(summary, model_name)
+    index = model_index_from_summary(summary, model_name, task_name)
     if not index:
         return False
     card.data.model_name = model_name
@@ -196,6 +208,14 @@ class MethodModelCardMixin:
 
     _config_prefix = ""
 
+    def _model_card_domain(self) -> str | None:
+        """The task domain the run trained on (``"math"``/``"code"``), stated in the card; None: not stated."""
+        return None
+
+    def _method_card_sections(self) -> str:
+        """Extra Markdown appended after the method section (a subclass's measured facts, e.g. teacher cost)."""
+        return ""
+
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
@@ -212,11 +232,19 @@ class MethodModelCardMixin:
         )
         card.text = card.text.replace('model="None"', f'model="{name}"')
         summary = find_passk_summary(self.args.output_dir)
+        domain = self._model_card_domain()
         card.text += "\n" + render_method_section(
-            self._name, method_hyperparameters(self.args, self._config_prefix), reproduce_command(), summary
+            self._name,
+            method_hyperparameters(self.args, self._config_prefix),
+            reproduce_command(),
+            summary,
+            domain=domain,
         )
+        extra = self._method_card_sections()
+        if extra:
+            card.text += "\n" + extra
         if summary is not None:
-            apply_passk_metadata(card, summary, name)
+            apply_passk_metadata(card, summary, name, TASK_NAMES.get(domain or "math", TASK_NAMES["math"]))
         card.save(path)
 
 

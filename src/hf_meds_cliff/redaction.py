@@ -1,4 +1,5 @@
-"""Keep secrets given on the command line (``--hub_token hf_...``, API keys, passwords) out of model cards and logs.
+"""Keep secrets given on the command line (``--hub_token hf_...``, API keys, passwords) out of model cards, logs and
+the ``training_args.bin`` the trainers save (:func:`hf_meds_cliff.checkpointing.pickled_without_secrets`).
 
 An option is secret when its name contains ``secret``, ``password``, ``passwd``, ``credential`` or ``apikey``, or
 ends in ``token`` or ``key`` (``--hub_token``, ``--api_key``, ``--wandb-key``), except the names in
@@ -15,7 +16,9 @@ import re
 from collections.abc import Iterable, Sequence
 
 REDACTED = "<redacted>"
-NOT_SECRET = frozenset({"pad_token", "eos_token", "bos_token", "unk_token", "meds_max_rows_per_key"})
+NOT_SECRET = frozenset(
+    {"pad_token", "eos_token", "bos_token", "unk_token", "meds_max_rows_per_key", "meds_answer_token"}
+)
 """Option names that match the secret patterns but hold no secret."""
 _ANYWHERE = ("secret", "password", "passwd", "credential", "apikey")
 _AS_LAST_WORD = ("token", "key")

@@ -9,9 +9,16 @@ trainer decided:
   wrong and of correct completions: size, growth over the steps (the steps its rows came from), and
   representative completions (the stored answer-region snippets nearest the cluster's centre);
 * Cliff: ``cliff_rollouts.jsonl`` (judged wrong rollouts with their sentences, first mistake, the teacher's
-  raw answers and the reference) and the newest ``cliff_state.json`` (reference and judgment caches);
+  raw answers and the reference; code rollouts with numbered program lines, the first mistaken line named and
+  the failing test the judge saw) and the newest ``cliff_state.json`` (reference and judgment caches);
 * pass@k: ``summary.json`` files of ``hf-meds-cliff eval`` inside the run directory, next to it when they
-  evaluated this run's model, or given with ``--eval_dir``.
+  evaluated this run's model, or given with ``--eval_dir``;
+* teacher calibration: ``hf-meds-cliff judge-eval`` metrics (``--output_json``) saved in the run directory or
+  its ``judge_eval/`` folder.
+
+A damaged run folder (a truncated or non-UTF-8 line in ``metrics.jsonl``, a truncated ``trainer_state.json``, an
+empty ``cliff_state.json``, malformed rollout records, an eval summary without benchmarks) never stops the
+report: each bad record is skipped, counted, and listed at the top of the page.
 
 The page is static and offline: inline CSS, inline SVG charts and a few lines of inline JavaScript (sorting
 and filtering); a Content-Security-Policy forbids any network request. Every text from a run is HTML-escaped.
@@ -30,6 +37,8 @@ import logging
 import math
 import os
 import re
+import shlex
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +84,14 @@ class RunData:
     cliff_state: dict[str, Any] | None = None
     cliff_state_path: Path | None = None
     eval_summaries: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    """Per file, why records of it were skipped (shown at the top of the report)."""
+
+    def skip(self, path: Path | str, reason: str) -> None:
+        logger.warning("Report: skipping %s: %s", path, reason)
+        self.skipped.setdefault(str(path), []).append(reason)
+
+    judge_evals: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def method(self) -> str:
@@ -99,46 +116,170 @@ def checkpoints(run_dir: Path) -> list[Path]:
     return [path for _, path in sorted(found)]
 
 
-def _newest(run_dir: Path, relative: str) -> Path | None:
-    """``run_dir/relative`` if it exists, else the newest checkpoint's ``relative``."""
-    for folder in [run_dir, *reversed(checkpoints(run_dir))]:
-        if (folder / relative).exists():
-            return folder / relative
-    return None
+def _candidates(run_dir: Path, relative: str) -> list[Path]:
+    """The existing ``relative`` paths: ``run_dir``'s first, then the checkpoints', newest first."""
+    return [
+        folder / relative
+        for folder in [run_dir, *reversed(checkpoints(run_dir))]
+        if (folder / relative).exists()
+    ]
 
 
-def read_log_history(run_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
-    """The run's logged records: ``metrics.jsonl``, else the newest checkpoint's ``trainer_state.json``."""
+def _skip_to(skipped: RunData | None) -> Any:
+    """The ``skip(path, reason)`` of ``skipped``, or a logger-only one."""
+    if skipped is not None:
+        return skipped.skip
+    return lambda path, reason: logger.warning("Report: skipping %s: %s", path, reason)
+
+
+def read_jsonl_objects(path: Path, skipped: RunData | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each line of the JSON-lines file ``path`` that holds a JSON object; a line
+    that is not UTF-8, not JSON (a truncated write) or not an object is skipped with its reason."""
+    skip = _skip_to(skipped)
+    try:
+        raw_lines = path.read_bytes().split(b"\n")
+    except OSError as error:
+        skip(path, f"unreadable ({error})")
+        return []
+    objects = []
+    for number, raw in enumerate(raw_lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            skip(path, f"line {number}: not UTF-8 text")
+            continue
+        except ValueError:
+            skip(path, f"line {number}: not valid JSON (a truncated write?)")
+            continue
+        if not isinstance(value, dict):
+            skip(path, f"line {number}: a JSON {type(value).__name__}, not an object")
+            continue
+        objects.append((number, value))
+    return objects
+
+
+def read_json_object(path: Path, skipped: RunData | None = None) -> dict[str, Any] | None:
+    """The JSON object in ``path``, or None (skipped with its reason) when it is unreadable, empty, truncated
+    or not an object."""
+    skip = _skip_to(skipped)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        skip(path, f"unreadable ({error})")
+        return None
+    except UnicodeDecodeError:
+        skip(path, "not UTF-8 text")
+        return None
+    except ValueError:
+        skip(path, "empty or not valid JSON (a truncated write?)")
+        return None
+    if not isinstance(value, dict):
+        skip(path, f"a JSON {type(value).__name__}, not an object")
+        return None
+    return value
+
+
+def read_log_history(
+    run_dir: Path, skipped: RunData | None = None
+) -> tuple[list[dict[str, Any]], Path | None]:
+    """The run's logged records: ``metrics.jsonl``, else (missing, or no readable line in it) the newest
+    checkpoint's readable ``trainer_state.json``."""
+    skip = _skip_to(skipped)
     metrics = run_dir / METRICS_NAME
     if metrics.is_file():
-        records = [
-            json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines() if line.strip()
-        ]
-        return records, metrics
+        records = [record for _, record in read_jsonl_objects(metrics, skipped)]
+        if records:
+            return records, metrics
+        skip(metrics, "no readable record; curves come from the newest checkpoint's trainer_state.json")
     for checkpoint in reversed(checkpoints(run_dir)):
-        state = checkpoint / "trainer_state.json"
-        if state.is_file():
-            return list(json.loads(state.read_text(encoding="utf-8")).get("log_history", [])), state
+        state_path = checkpoint / "trainer_state.json"
+        if not state_path.is_file():
+            continue
+        state = read_json_object(state_path, skipped)
+        history = state.get("log_history") if state is not None else None
+        if state is not None and not isinstance(history, list):
+            skip(state_path, "no log_history list")
+        if isinstance(history, list):
+            kept = [record for record in history if isinstance(record, dict)]
+            if len(kept) < len(history):
+                skip(state_path, f"{len(history) - len(kept)} log_history entries are not objects")
+            return kept, state_path
     return [], None
 
 
-def read_rollouts(path: Path) -> list[dict[str, Any]]:
-    """Cliff's judged rollouts; a step logged twice (after a resume) keeps its last line per sample."""
+def _rollout_problem(record: Mapping[str, Any]) -> str | None:
+    """Why a ``cliff_rollouts.jsonl`` record cannot be shown, or None when it can."""
+    for name in ("step", "sample"):
+        if isinstance(record.get(name), bool) or not isinstance(record.get(name), int):
+            return f"{name} is not an integer"
+    sentences = record.get("sentences", [])
+    if not isinstance(sentences, list) or not all(
+        isinstance(span, list)
+        and len(span) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+        for span in sentences
+    ):
+        return "sentences is not a list of [start, end] integer pairs"
+    mistake = record.get("first_mistake")
+    if mistake is not None and (isinstance(mistake, bool) or not isinstance(mistake, int)):
+        return "first_mistake is not an integer or null"
+    for name in ("teacher_raw", "teacher_statuses"):
+        value = record.get(name)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            return f"{name} is not a list of strings"
+    if record.get("completion") is not None and not isinstance(record.get("completion"), str):
+        return "completion is not a string"
+    return None
+
+
+def read_rollouts(path: Path, skipped: RunData | None = None) -> list[dict[str, Any]]:
+    """Cliff's judged rollouts; a step logged twice (after a resume) keeps its last line per sample. A line
+    that cannot be shown (see :func:`_rollout_problem`) is skipped with its reason."""
+    skip = _skip_to(skipped)
     latest: dict[tuple[int, int], dict[str, Any]] = {}
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                latest[(int(record["step"]), int(record["sample"]))] = record
-            except (ValueError, KeyError, TypeError) as error:
-                logger.warning("Skipping line %d of %s: %s", number, path, error)
+    for number, record in read_jsonl_objects(path, skipped):
+        problem = _rollout_problem(record)
+        if problem is not None:
+            skip(path, f"line {number}: {problem}")
+            continue
+        latest[(record["step"], record["sample"])] = record
     return [latest[key] for key in sorted(latest)]
 
 
+def _summary_problem(summary: Mapping[str, Any]) -> str | None:
+    """Why an eval ``summary.json`` cannot be shown, or None when it can."""
+    blocks = dict(summary.get("benchmarks") or {}) if isinstance(summary.get("benchmarks"), dict) else None
+    if not blocks:
+        return "no benchmarks in it"
+    if isinstance(summary.get("average"), dict):
+        blocks["average"] = summary["average"]
+    for name, block in blocks.items():
+        passk = block.get("pass@k") if isinstance(block, dict) else None
+        if not isinstance(passk, dict) or not passk:
+            return f"benchmark {name!r} has no pass@k table"
+        for k, value in passk.items():
+            if not str(k).isdigit() or not _finite(value):
+                return f"benchmark {name!r}: pass@{k} = {value!r} is not a number"
+    return None
+
+
+def _glob_siblings(folder: Path, pattern: str, attempts: int = 3) -> list[Path]:
+    """``folder.glob(pattern)`` that survives folders vanishing while it walks (a shared parent such as ``/tmp``,
+    where other programs delete their temporary folders): ``pathlib`` then raises ``FileNotFoundError``; the walk
+    is retried, and given up with a warning (no summary found there) after ``attempts`` failures."""
+    for _ in range(attempts):
+        try:
+            return list(folder.glob(pattern))
+        except OSError as error:
+            last_error = error
+    logger.warning("Not looking for eval summaries next to the run in %s: %s", folder, last_error)
+    return []
+
+
 def find_eval_summaries(
-    run_dir: Path, eval_dirs: Iterable[str | os.PathLike] = ()
+    run_dir: Path, eval_dirs: Iterable[str | os.PathLike] = (), skipped: RunData | None = None
 ) -> list[tuple[Path, dict]]:
     """``summary.json`` files of ``hf-meds-cliff eval``: inside ``run_dir`` (any depth up to 3, outside
     checkpoints), next to it when their ``model_name_or_path`` is ``run_dir``, and in ``eval_dirs``."""
@@ -150,8 +291,8 @@ def find_eval_summaries(
     resolved_run = run_dir.resolve()
     if run_dir.parent.is_dir():
         for path in [
-            *run_dir.parent.glob(f"*/{EVAL_SUMMARY_NAME}"),
-            *run_dir.parent.glob(f"*/*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/{EVAL_SUMMARY_NAME}"),
+            *_glob_siblings(run_dir.parent, f"*/*/{EVAL_SUMMARY_NAME}"),
         ]:
             if resolved_run in path.resolve().parents:
                 continue
@@ -175,13 +316,14 @@ def find_eval_summaries(
         if key in seen:
             continue
         seen.add(key)
-        try:
-            summary = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            logger.warning("Skipping unreadable %s: %s", path, error)
+        summary = read_json_object(path, skipped)
+        if summary is None:
             continue
-        if isinstance(summary, dict) and isinstance(summary.get("benchmarks"), dict):
-            summaries.append((path, summary))
+        problem = _summary_problem(summary)
+        if problem is not None:
+            _skip_to(skipped)(path, f"eval summary not shown: {problem}")
+            continue
+        summaries.append((path, summary))
     return summaries
 
 
@@ -193,23 +335,93 @@ def collect_run(run_dir: str | os.PathLike, eval_dirs: Iterable[str | os.PathLik
             f"{run_dir} is not a directory; pass the --output_dir of a training run (e.g. outputs/meds-toy)."
         )
     data = RunData(run_dir=run_dir)
-    data.log_history, data.log_source = read_log_history(run_dir)
-    memory_path = _newest(run_dir, "meds_memory")
-    if memory_path is not None:
+    data.log_history, data.log_source = read_log_history(run_dir, data)
+    for memory_path in _candidates(run_dir, "meds_memory"):
         from .meds.memory import ErrorMemory
 
-        data.memory, data.memory_path = ErrorMemory.load(memory_path), memory_path
+        try:
+            data.memory, data.memory_path = ErrorMemory.load(memory_path), memory_path
+            break
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            data.skip(memory_path, f"error memory not loadable ({' '.join(str(error).split())})")
     rollouts_path = run_dir / "cliff_rollouts.jsonl"
     if rollouts_path.is_file():
-        data.rollouts, data.rollouts_path = read_rollouts(rollouts_path), rollouts_path
-    state_path = _newest(run_dir, "cliff_state.json")
-    if state_path is not None:
-        data.cliff_state, data.cliff_state_path = (
-            json.loads(state_path.read_text(encoding="utf-8")),
-            state_path,
-        )
-    data.eval_summaries = find_eval_summaries(run_dir, eval_dirs)
+        data.rollouts, data.rollouts_path = read_rollouts(rollouts_path, data), rollouts_path
+    for state_path in _candidates(run_dir, "cliff_state.json"):
+        state = read_json_object(state_path, data)
+        if state is None:
+            continue
+        if not all(isinstance(state.get(name, {}), dict) for name in ("references", "judgments")) or not all(
+            isinstance(judgment, dict) for judgment in state.get("judgments", {}).values()
+        ):
+            data.skip(state_path, "references/judgments are not objects")
+            continue
+        data.cliff_state, data.cliff_state_path = state, state_path
+        break
+    data.eval_summaries = find_eval_summaries(run_dir, eval_dirs, data)
+    data.judge_evals = find_judge_evals(run_dir, data)
     return data
+
+
+def find_judge_evals(run_dir: Path, skipped: RunData | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """``hf-meds-cliff judge-eval`` summaries (JSON with its metric keys) in ``run_dir`` and ``run_dir/judge_eval``;
+    other JSON files there are not judge-eval results and are passed over; a judge-eval result whose ``settings``,
+    ``counts`` or ``cost`` is not an object is skipped with its reason."""
+    found = []
+    for path in sorted([*run_dir.glob("*.json"), *run_dir.glob("judge_eval/*.json")]):
+        try:
+            summary = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not (
+            isinstance(summary, dict)
+            and {"accuracy_erroneous", "accuracy_correct", "f1", "cost"} <= set(summary)
+        ):
+            continue
+        malformed = [
+            name for name in ("settings", "counts", "cost") if not isinstance(summary.get(name) or {}, dict)
+        ]
+        if malformed:
+            _skip_to(skipped)(path, f"judge-eval result not shown: {', '.join(malformed)} not an object")
+            continue
+        found.append((path, summary))
+    return found
+
+
+def judge_eval_section(data: RunData) -> str:
+    """Teacher calibration: the judge-eval runs found beside the run (empty string without any)."""
+    if not data.judge_evals:
+        return ""
+    header = (
+        '<section id="judge-eval"><h2>Teacher calibration (judge-eval)</h2>'
+        '<p class="note">First-mistake judging measured on labelled data before or beside this run '
+        "(<code>hf-meds-cliff judge-eval</code>; definitions in docs/judge_eval.md). Accuracies in %, distance in "
+        "steps.</p>"
+        '<table class="passk"><thead><tr><th>file</th><th>teacher</th><th>prompt</th><th>items</th>'
+        "<th>erroneous acc.</th><th>correct acc.</th><th>F1</th><th>verdict acc.</th><th>mean distance</th>"
+        "<th>within one</th><th>unparsed</th><th>requests</th><th>tokens (prompt + completion)</th>"
+        "<th>mean latency</th></tr></thead><tbody>"
+    )
+    out = [header]
+    for path, summary in data.judge_evals:
+        settings = summary.get("settings") or {}
+        extra = settings.get("extra") or {}
+        cost = summary.get("cost") or {}
+        teacher = " ".join(str(v) for v in (settings.get("teacher"), extra.get("model")) if v)
+        distance = summary.get("mean_distance")
+        latency = cost.get("mean_latency_s")
+        cells = [
+            path.name, teacher, settings.get("prompt", ""), (summary.get("counts") or {}).get("items", ""),
+            _percent(summary.get("accuracy_erroneous")), _percent(summary.get("accuracy_correct")),
+            _percent(summary.get("f1")), _percent(summary.get("verdict_accuracy")),
+            f"{distance:.2f}" if _finite(distance) else "", _percent(summary.get("within_one")),
+            summary.get("parse_failures", ""), cost.get("requests", ""),
+            f"{cost.get('prompt_tokens', 0)} + {cost.get('completion_tokens', 0)}",
+            f"{latency:.3f} s" if _finite(latency) else "",
+        ]  # fmt: skip
+        out.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -252,20 +464,17 @@ def svg_line_chart(
 
     xs = [tx(x) for _, points in cleaned for x, _ in points]
     ys = [y for _, points in cleaned for _, y in points]
-    x_min, x_max = min(xs), max(xs)
-    y_min, y_max = y_range if y_range is not None else (min(ys), max(ys))
-    if x_max == x_min:
-        x_min, x_max = x_min - 1, x_max + 1
-    if y_max == y_min:
-        pad = abs(y_min) * 0.1 or 1.0
-        y_min, y_max = y_min - pad, y_max + pad
+    x_min, x_max = _padded(min(xs), max(xs), 1.0)
+    y_min, y_max = y_range if y_range is not None else _padded(min(ys), max(ys), abs(min(ys)) * 0.1 or 1.0)
     plot_w, plot_h = width - left - right, height - top - bottom
+    # Halves keep the spans finite for values near +-1.8e308 (a full span would overflow to inf and draw NaN).
+    x_half_span, y_half_span = x_max / 2 - x_min / 2, y_max / 2 - y_min / 2
 
     def px(x: float) -> float:
-        return left + (tx(x) - x_min) / (x_max - x_min) * plot_w
+        return left + (tx(x) / 2 - x_min / 2) / x_half_span * plot_w
 
     def py(y: float) -> float:
-        return top + (1 - (y - y_min) / (y_max - y_min)) * plot_h
+        return top + (1 - (y / 2 - y_min / 2) / y_half_span) * plot_h
 
     parts = [
         f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
@@ -314,6 +523,13 @@ def svg_line_chart(
                 )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _padded(low: float, high: float, pad: float) -> tuple[float, float]:
+    """``(low, high)``, widened by ``pad`` on each side when equal, clamped to finite floats."""
+    if high == low:
+        low, high = low - pad, high + pad
+    return max(low, -sys.float_info.max), min(high, sys.float_info.max)
 
 
 def _finite(value: Any) -> bool:
@@ -599,7 +815,7 @@ def _rollout_text(record: Mapping[str, Any]) -> str:
     for index, (start, end) in enumerate(spans):
         if start < cursor:
             continue
-        out.append(esc(text[cursor:start]))
+        out.append(_isolated(text[cursor:start]))
         if not located:
             kind = "plain"
         elif index < mistake:
@@ -610,8 +826,29 @@ def _rollout_text(record: Mapping[str, Any]) -> str:
             kind = "suffix"
         out.append(f'<span class="s {kind}"><sup>[{index}]</sup>{esc(text[start:end])}</span>')
         cursor = end
-    out.append(esc(text[cursor:]))
+    out.append(_isolated(text[cursor:]))
     return "".join(out)
+
+
+def _isolated(text: str) -> str:
+    """Run text between our own markup, escaped and bidi-isolated (an unclosed U+202E stays inside)."""
+    return f"<bdi>{esc(text)}</bdi>" if text else ""
+
+
+def _mistake_line(record: Mapping[str, Any]) -> str:
+    """Code rollouts: ``: `<the mistaken line>``` for the verdict label; empty on math or when unknown."""
+    if record.get("domain") != "code":
+        return ""
+    text = str(record.get("completion") or "")
+    spans = record.get("sentences") or []
+    mistake = record.get("first_mistake")
+    if not isinstance(mistake, int) or not 0 <= mistake < len(spans):
+        return ""
+    start, end = (int(v) for v in spans[mistake])
+    lines = [
+        line for line in text[start:end].splitlines() if line.strip() and not line.lstrip().startswith("```")
+    ]
+    return f": {lines[0].strip()[:80]}" if lines else ""
 
 
 def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
@@ -626,7 +863,11 @@ def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
     agreed = record.get("agreed")
     if agreed is True:
         cached = " (cached judgment)" if source == "cached" else ""
-        return "agree", f"first mistake at sentence {record.get('first_mistake')}{cached}"
+        unit = "unit" if record.get("domain") == "code" else "sentence"
+        return (
+            "agree",
+            f"first mistake at {unit} {record.get('first_mistake')}{_mistake_line(record)}{cached}",
+        )
     if agreed is False:
         return "disagree", "teacher found no mistake in a verifier-wrong rollout (disagreement): p(a) = 0"
     statuses = ", ".join(record.get("teacher_statuses") or []) or "none"
@@ -650,7 +891,9 @@ def cliff_section(data: RunData, max_rollouts: int) -> str:
             f"wrong rollouts from {len(steps)} steps. Teacher–verifier agreement on the judged (or "
             f"cached) ones: <b>{share}</b> ({agree} of {len(usable)} rollouts the verifier marks wrong, "
             "the teacher located a mistake in; the paper reports "
-            "85–90 %). Sentences are numbered as the teacher saw them.</p>"
+            "85–90 %). Sentences are numbered as the teacher saw them (code rollouts: each sentence of the "
+            "explanation and each non-blank program line is one unit; the failing test the judge saw is shown "
+            "under the program).</p>"
         )
     else:
         out.append('<p class="empty">No cliff_rollouts.jsonl in the run (cliff_log_rollouts=0?).</p>')
@@ -708,17 +951,33 @@ def _rollout_block(record: Mapping[str, Any]) -> str:
         or f'<p class="note">No teacher call for this rollout ({esc(record.get("source"))}).</p>'
     )
     reference = record.get("reference")
+    code = record.get("domain") == "code"
     reference_html = (
-        "<details><summary>reference solution (teacher, verified)</summary>"
+        f"<details><summary>reference {'program' if code else 'solution'} (teacher, verified)</summary>"
         f"<pre>{esc(reference)}</pre></details>"
         if reference
         else ""
     )
+    if code:  # the failing test the judge saw, and the tests themselves (long: collapsed)
+        execution = record.get("execution")
+        if execution:
+            reference_html = (
+                '<div class="execution"><span class="meta">running the program (what the judge saw)</span>'
+                f"<pre>{esc(execution)}</pre></div>{reference_html}"
+            )
+        return (
+            f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
+            f'{esc(record.get("sample"))} · code · <span class="tag {"ok" if kind == "agree" else "bad"}">'
+            f"{esc(label)}</span></header>"
+            f'<p class="problem"><b>Problem:</b> {esc(record.get("problem"))}</p>'
+            f'<div class="completion code">{_rollout_text(record)}</div>{reference_html}{teacher}'
+            f"<details><summary>tests</summary><pre>{esc(record.get('ground_truth'))}</pre></details></article>"
+        )
     return (
         f'<article class="rollout" data-kind="{kind}"><header><b>step {esc(record.get("step"))}</b> · sample '
         f'{esc(record.get("sample"))} · <span class="tag {"ok" if kind == "agree" else "bad"}">'
         f"{esc(label)}</span></header>"
-        f'<p class="problem"><b>Problem:</b> {esc(record.get("problem"))} <span class="meta">ground truth '
+        f'<p class="problem"><b>Problem:</b> <bdi>{esc(record.get("problem"))}</bdi> <span class="meta">ground truth '
         f"<code>{esc(record.get('ground_truth'))}</code></span></p>"
         f'<div class="completion">{_rollout_text(record)}</div>{teacher}{reference_html}</article>'
     )
@@ -729,8 +988,9 @@ def eval_section(data: RunData) -> str:
         return (
             '<section id="passk"><h2>pass@k</h2><p class="empty">No eval summary in or next to the run. '
             "Evaluate it "
-            f"with <code>hf-meds-cliff eval --model_name_or_path {esc(data.run_dir)} --output_dir "
-            f"{esc(data.run_dir / 'eval')}</code> and render the report again.</p></section>"
+            f"with <code>hf-meds-cliff eval --model_name_or_path {esc(shlex.quote(str(data.run_dir)))} "
+            f"--output_dir {esc(shlex.quote(str(data.run_dir / 'eval')))}</code> and render the report again."
+            "</p></section>"
         )
     out = ['<section id="passk"><h2>pass@k</h2>']
     curves = []
@@ -797,7 +1057,9 @@ def _percent(value: Any) -> str:
 
 _CSS = """
 :root { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #111827; background: #f8fafc; }
-body { margin: 0 auto; max-width: 1240px; padding: 16px 24px 48px; }
+body { margin: 0 auto; max-width: 1240px; padding: 16px 24px 48px; overflow-wrap: anywhere; }
+bdi, code, pre, td, th, figcaption, summary, .ptitle, .s, .legend span, .skipped li { unicode-bidi: isolate; }
+.skipped { background: #fffbeb; border: 1px solid #fde68a; border-radius: 6px; padding: 6px 12px; font-size: 13px; }
 h1 { font-size: 22px; margin: 8px 0 4px; }
 h2 { font-size: 18px; margin: 28px 0 8px; border-bottom: 2px solid #e5e7eb; }
 h3 { font-size: 15px; margin: 16px 0 6px; color: #374151; }
@@ -839,6 +1101,9 @@ article.rollout header { font-size: 13px; } .problem { font-size: 13px; margin: 
 .s.prefix { background: #dcfce7; } .s.suffix { background: #fee2e2; }
 .s.mistake { background: #fca5a5; outline: 2px solid #b91c1c; font-weight: 600; }
 .s.plain { background: #f1f5f9; }
+.completion.code { line-height: 1.5; } .completion.code .s { display: inline; }
+.completion.code .s sup { display: inline-block; min-width: 2.6em; font-size: 10px; vertical-align: baseline; }
+.execution pre { background: #fef2f2; border-color: #fecaca; }
 .clusters svg.chart { width: 170px; }
 .raw pre { background: #fffbeb; border-color: #fde68a; }
 article.rollout details summary { font-size: 12px; color: #374151; cursor: pointer; }
@@ -884,14 +1149,32 @@ _SCRIPT = """
 """.replace("__READY__", READY_ATTRIBUTE)
 
 
+def skipped_section(data: RunData) -> str:
+    """What could not be read and was left out: per file, the number of records and the first reasons."""
+    if not data.skipped:
+        return ""
+    total = sum(len(reasons) for reasons in data.skipped.values())
+    items = []
+    for path, reasons in data.skipped.items():
+        shown = "; ".join(reasons[:5]) + (f"; and {len(reasons) - 5} more" if len(reasons) > 5 else "")
+        items.append(f"<li><code>{esc(path)}</code>: {len(reasons)} skipped ({esc(shown)})</li>")
+    return (
+        f'<section id="skipped" class="skipped"><b>Skipped while reading the run: {total} '
+        f"record{'s' if total != 1 else ''}</b> (damaged or unreadable; the rest of the report is shown)"
+        f"<ul>{''.join(items)}</ul></section>"
+    )
+
+
 def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 60) -> str:
     """The report's HTML (a complete, self-contained document)."""
     from . import __version__
 
     sections = [
+        skipped_section(data),
         curves_section(data),
         meds_section(data, max_prompts),
         cliff_section(data, max_rollouts),
+        judge_eval_section(data),
         eval_section(data),
         all_metrics_section(data),
     ]
@@ -900,6 +1183,8 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
         nav.append(("meds", "MEDS clusters"))
     if data.rollouts or data.cliff_state is not None:
         nav.append(("cliff", "Cliff rollouts"))
+    if data.judge_evals:
+        nav.append(("judge-eval", "Teacher calibration"))
     nav += [("passk", "pass@k"), ("metrics", "All metrics")]
     generated = _datetime.datetime.now(_datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (

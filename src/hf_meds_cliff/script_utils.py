@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -27,7 +28,10 @@ logger = logging.getLogger(__name__)
 TOY = "toy"
 """Sentinel value of ``--model_name_or_path`` / ``--dataset_name`` for the offline toy world."""
 
-REWARD_FUNCS = ("math_answer", "overlong")
+REWARD_FUNCS = ("math_answer", "overlong", "code_tests")
+
+TOY_DOMAINS = ("math", "code")
+"""Values of ``--domain``: the toy world (``math``) or the code world (``code``)."""
 
 
 @dataclass
@@ -38,7 +42,30 @@ class RLScriptArguments(ScriptArguments):
         default=None,
         metadata={
             "help": "Hub id or local path of the training dataset, or `toy` for the offline toy world "
-            "(the default when neither a model nor a dataset is given)."
+            "(the default when neither a model nor a dataset is given). A dataset with a tests column and no answer "
+            "column is a code dataset (e.g. `agentica-org/DeepCoder-Preview-Dataset` with `--dataset_config "
+            "primeintellect|taco|lcbv5`): prompts ask for a program and `math_answer` becomes `code_tests`."
+        },
+    )
+    tests_column: str = field(
+        default="tests",
+        metadata={
+            "help": "Code datasets: the column holding the tests (any format hf_meds_cliff.code.parse_tests reads, "
+            "as objects or a JSON string)."
+        },
+    )
+    code_max_tests: int | None = field(
+        default=None,
+        metadata={
+            "help": "`code_tests` reward: run at most this many tests per problem (the longest inputs first, as "
+            "DeepCoder keeps 15); default all."
+        },
+    )
+    code_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "`code_tests` reward: wall-clock limit per test in seconds (default: the sandbox's, "
+            "hf_meds_cliff.code.SandboxLimits.timeout_s)."
         },
     )
     problem_column: str = field(
@@ -65,15 +92,17 @@ class RLScriptArguments(ScriptArguments):
         metadata={
             "help": "How a problem becomes a chat prompt: `qwen_math` (instruction as system message), "
             "`qwen_math_user` (instruction appended to the user message), `plain`, or `keep` (use the "
-            "dataset's `prompt` column as it is).",
-            "choices": ["qwen_math", "qwen_math_user", "plain", "keep"],
+            "dataset's `prompt` column as it is); for code datasets `code` (the problem, its starter code and what "
+            "to write in one user message; used when a math template is given) or `code_system`.",
+            "choices": ["qwen_math", "qwen_math_user", "plain", "keep", "code", "code_system"],
         },
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_answer"],
         metadata={
             "help": "Reward functions, in order: `math_answer` (1/0 from math-verify on the last \\boxed{}), "
-            "`overlong` (DAPO soft overlong penalty), or a dotted import path `pkg.module.func`. The first one "
+            "`overlong` (DAPO soft overlong penalty), `code_tests` (1/0: the last ```python block passes every test "
+            "of the row's `tests`, run in the sandbox), or a dotted import path `pkg.module.func`. The first one "
             "defines correctness for MEDS and Cliff."
         },
     )
@@ -87,6 +116,15 @@ class RLScriptArguments(ScriptArguments):
         default=2000, metadata={"help": "Number of toy training problems (toy world only)."}
     )
     toy_seed: int = field(default=0, metadata={"help": "Seed of the toy world's data and warm-up."})
+    domain: str = field(
+        default="math",
+        metadata={
+            "help": "Which offline toy world `toy` means: `math` (arithmetic chains answered in \\boxed{}) or `code` "
+            "(the same chains as stdin programs, tested in the sandbox: the code world of hf_meds_cliff.toy.code_world; "
+            "`hf-meds-cliff cliff --domain code` alone trains Cliff on it with its exact rule teacher).",
+            "choices": list(TOY_DOMAINS),
+        },
+    )
     max_prompt_tokens: int | None = field(
         default=2048,
         metadata={
@@ -104,12 +142,29 @@ class RLScriptArguments(ScriptArguments):
     )
 
 
-def toy_recipe_path(method: str) -> Path:
-    """The packaged CPU recipe used when a script runs without arguments."""
-    path = resources.files("hf_meds_cliff") / "recipes" / f"toy_{method}.yaml"
+def toy_recipe_path(method: str, domain: str = "math") -> Path:
+    """The packaged CPU recipe used when a script runs without arguments (``toy_<method>.yaml``, or
+    ``toy_<method>_code.yaml`` for the code world)."""
+    if domain not in TOY_DOMAINS:
+        raise ValueError(f"--domain {domain!r} is unknown; use one of {list(TOY_DOMAINS)}.")
+    suffix = "" if domain == "math" else f"_{domain}"
+    path = resources.files("hf_meds_cliff") / "recipes" / f"toy_{method}{suffix}.yaml"
     if not path.is_file():
-        raise ValueError(f"No packaged toy recipe for method={method!r} (looked for {path}).")
+        raise ValueError(
+            f"No packaged toy recipe for method={method!r} with --domain {domain} (looked for {path}); pass "
+            "--config with your own recipe."
+        )
     return Path(str(path))
+
+
+def _domain_argument(argv: Sequence[str]) -> str:
+    """The value of ``--domain`` in ``argv`` (``--domain code`` or ``--domain=code``), ``"math"`` without one."""
+    for index, argument in enumerate(argv):
+        if argument == "--domain" and index + 1 < len(argv):
+            return argv[index + 1]
+        if argument.startswith("--domain="):
+            return argument.split("=", 1)[1]
+    return "math"
 
 
 def build_parser(config_cls: type, *extra: type, prog: str | None = None) -> TrlParser:
@@ -118,14 +173,50 @@ def build_parser(config_cls: type, *extra: type, prog: str | None = None) -> Trl
     parser = TrlParser((RLScriptArguments, config_cls, ModelConfig, *extra))
     if prog is not None:
         parser.prog = prog
+    return reword_negated_flags(parser)
+
+
+def reword_negated_flags(parser):
+    """Give each ``--no_<flag>`` that ``HfArgumentParser`` adds for a boolean defaulting to true a help text of
+    its own: it copies the positive flag's (``--no_progress`` "Show a progress bar."), which reads backwards."""
+    for action in parser._actions:
+        negated = [option for option in action.option_strings if option.startswith("--no_")]
+        if negated and action.help and not action.help.startswith("Turn off"):
+            action.help = f"Turn off --{negated[0][len('--no_') :]} (default: on)."
     return parser
 
 
+_TRAINING_STARTED = threading.Event()
+"""Set by :func:`run_training` right before the first training step."""
+
+
+def run_script(command: str, main: Callable[..., Any], parse_args: Callable[[], Sequence[Any]]) -> int:
+    """The ``__main__`` of a training script: ``main(*parse_args()).end()``; returns the exit status.
+
+    Errors in the options and in the set-up before the first training step (options, data, model, output folder)
+    are printed as one line (exit 2 for options, 1 for set-up); an error once :func:`run_training` has started
+    training keeps its Python traceback.
+    """
+    from .errors import UsageError, run_reporting_errors
+
+    def body() -> int:
+        try:
+            parsed = parse_args()
+        except ValueError as error:  # a config's __post_init__: an impossible combination of options
+            raise UsageError(str(error)) from error
+        main(*parsed).end()
+        return 0
+
+    _TRAINING_STARTED.clear()
+    return run_reporting_errors(command, body, report=lambda error: not _TRAINING_STARTED.is_set())
+
+
 def with_toy_recipe(argv: Sequence[str], method: str) -> list[str]:
-    """``argv`` with ``--config <the packaged toy recipe>`` first when it names neither config nor model."""
+    """``argv`` with ``--config <the packaged toy recipe>`` first when it names neither config nor model (the code
+    world's recipe with ``--domain code``)."""
     args = list(argv)
     if "--config" not in args and not any(a.split("=")[0] == "--model_name_or_path" for a in args):
-        args = ["--config", str(toy_recipe_path(method)), *args]
+        args = ["--config", str(toy_recipe_path(method, _domain_argument(args))), *args]
     return args
 
 
@@ -154,8 +245,9 @@ def parse_script_args(
     script_args, training_args, model_args = parsed[:3]
     if getattr(training_args, "hub_token", None):
         logger.warning(
-            "--hub_token is kept out of the model card and the logs, but transformers pickles it into "
-            "training_args.bin, which push_to_hub uploads; prefer `hf auth login` or the HF_TOKEN variable."
+            "--hub_token is kept out of the model card, the logs and training_args.bin, but a token on the "
+            "command line stays in the shell history and the process list; prefer `hf auth login` or the "
+            "HF_TOKEN variable."
         )
     check_compatibility(script_args, training_args, model_args)
     return parsed
@@ -186,6 +278,12 @@ def check_compatibility(script_args: RLScriptArguments, training_args, model_arg
             raise ValueError(
                 f"Unknown reward function {name!r}: use one of {list(REWARD_FUNCS)} or a dotted import path."
             )
+    if script_args.code_max_tests is not None and script_args.code_max_tests < 1:
+        raise ValueError(
+            f"--code_max_tests {script_args.code_max_tests} must be >= 1 (or unset for all tests)."
+        )
+    if script_args.code_timeout is not None and not script_args.code_timeout > 0:
+        raise ValueError(f"--code_timeout {script_args.code_timeout} must be > 0 seconds.")
     if "overlong" in script_args.reward_funcs:
         max_len = training_args.max_completion_length
         if not 0 < script_args.overlong_buffer_length < max_len:
@@ -207,11 +305,15 @@ def is_toy(value: str | None) -> bool:
 
 def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) -> str:
     """Path or Hub id of the policy: the warmed-up toy policy for ``toy``/None (``$HF_MEDS_CLIFF_TOY_POLICY`` or the
-    cached warm-up, see :func:`hf_meds_cliff.toy.toy_policy`), else as given.
+    cached warm-up, see :func:`hf_meds_cliff.toy.toy_policy`; the code world's with ``--domain code``), else as given.
 
     A value that looks like a local path (starts with ``.``, ``/`` or ``~``) must exist.
     """
     name = model_args.model_name_or_path
+    if is_toy(name) and script_args.domain == "code":
+        from .toy.code_world import warmup_code_world
+
+        return str(warmup_code_world(seed=script_args.toy_seed))
     if is_toy(name):
         from .toy import toy_policy
 
@@ -237,8 +339,26 @@ def load_tokenizer(model_path: str, model_args: ModelConfig, trust_remote_code: 
     return tokenizer
 
 
+def is_code_dataset(column_names, script_args: RLScriptArguments) -> bool:
+    """A dataset with the tests column and without the answer column is a code dataset."""
+    return script_args.tests_column in column_names and script_args.answer_column not in column_names
+
+
+def dataset_domain(dataset) -> str:
+    """``"code"`` for a prepared code dataset (``tests`` and no ``answer`` column), else ``"math"``."""
+    columns = getattr(dataset, "column_names", None) or []
+    return "code" if "tests" in columns and "answer" not in columns else "math"
+
+
 def load_train_dataset(script_args: RLScriptArguments):
-    """Training split with ``prompt`` and ``answer`` columns (see :func:`hf_meds_cliff.data.prepare_math_dataset`)."""
+    """Training split with ``prompt`` and ``answer`` columns (see :func:`hf_meds_cliff.data.prepare_math_dataset`),
+    or for a code dataset ``prompt``, ``tests`` and ``fn_name`` (see :func:`hf_meds_cliff.data.prepare_code_dataset`;
+    ``--dataset_config lcbv5`` warns that it overlaps LiveCodeBench v5/v6); ``toy`` with ``--domain code`` is the code
+    world's ``prompt`` and ``tests`` (:func:`hf_meds_cliff.toy.code_task.make_code_dataset`)."""
+    if is_toy(script_args.dataset_name) and script_args.domain == "code":
+        from .toy.code_task import make_code_dataset
+
+        return make_code_dataset("train", script_args.toy_train_size, seed=script_args.toy_seed)
     if is_toy(script_args.dataset_name):
         from .toy import make_toy_dataset
 
@@ -258,6 +378,25 @@ def load_train_dataset(script_args: RLScriptArguments):
         dataset = load_dataset(builder, data_files={"train": name})["train"]
     else:
         dataset = load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
+    if is_code_dataset(dataset.column_names, script_args):
+        from .data import CODE_PROMPT_TEMPLATES, prepare_code_dataset
+
+        template = script_args.prompt_template
+        if template not in (*CODE_PROMPT_TEMPLATES, "keep"):
+            template = "code"
+        return prepare_code_dataset(
+            dataset,
+            problem_column=script_args.problem_column,
+            tests_column=script_args.tests_column,
+            prompt_template=template,
+            dataset_config=script_args.dataset_config,
+        )
+    if script_args.prompt_template in ("code", "code_system"):
+        raise ValueError(
+            f"--prompt_template {script_args.prompt_template} is for code datasets, but {name!r} has no "
+            f"{script_args.tests_column!r} column (or has an {script_args.answer_column!r} column); point "
+            "--tests_column at its tests or use a math template."
+        )
     return prepare_math_dataset(
         dataset,
         problem_column=script_args.problem_column,
@@ -267,13 +406,36 @@ def load_train_dataset(script_args: RLScriptArguments):
     )
 
 
-def build_reward_funcs(script_args: RLScriptArguments, training_args) -> list[Any]:
-    """Reward functions in the order given; the first defines correctness for MEDS and Cliff."""
+def build_reward_funcs(script_args: RLScriptArguments, training_args, domain: str = "math") -> list[Any]:
+    """Reward functions in the order given; the first defines correctness for MEDS and Cliff.
+
+    On a code dataset (``domain="code"``) ``math_answer``, which has no answer to check there, becomes
+    ``code_tests`` (with a warning).
+    """
     from .rewards import MathAnswerReward, OverlongPenaltyReward
 
+    names = list(script_args.reward_funcs)
+    if domain == "code" and "math_answer" in names:
+        logger.warning(
+            "The training data is code (prompt + tests): reward `math_answer` is replaced by `code_tests` (pass "
+            "--reward_funcs code_tests to say so)."
+        )
+        names = ["code_tests" if name == "math_answer" else name for name in names]
     funcs = []
-    for name in script_args.reward_funcs:
-        if name == "math_answer":
+    for name in names:
+        if name == "code_tests":
+            from .code import CodeTestsReward, SandboxLimits
+
+            funcs.append(
+                CodeTestsReward(
+                    mode="binary",
+                    limits=SandboxLimits()
+                    if script_args.code_timeout is None
+                    else SandboxLimits(timeout_s=script_args.code_timeout),
+                    max_tests=script_args.code_max_tests,
+                )
+            )
+        elif name == "math_answer":
             funcs.append(MathAnswerReward())
         elif name == "overlong":
             funcs.append(
@@ -316,7 +478,7 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
         warn_long_prompts(train_dataset, tokenizer, script_args.max_prompt_tokens)
     return trainer_cls(
         model=model_path,
-        reward_funcs=build_reward_funcs(script_args, training_args),
+        reward_funcs=build_reward_funcs(script_args, training_args, domain=dataset_domain(train_dataset)),
         args=training_args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
@@ -328,12 +490,13 @@ def build_trainer(trainer_cls: type, script_args, training_args, model_args, **t
 
 def write_metrics(trainer, output_dir: str | os.PathLike) -> Path:
     """Write the trainer's log history as JSON lines (one logged step per line) to ``metrics.jsonl``."""
+    from .checkpointing import write_atomically
+
     path = Path(output_dir) / "metrics.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        for record in trainer.state.log_history:
-            handle.write(json.dumps(record) + "\n")
-    return path
+    lines = "".join(json.dumps(record) + "\n" for record in trainer.state.log_history)
+    # all lines or none: a crash or a full disk mid-write leaves the previous file (or none), never a torn line
+    return write_atomically(path, lambda handle: handle.write(lines.encode("utf-8")))
 
 
 def prepare_output_dir(script_args: RLScriptArguments, training_args) -> str | None:
@@ -381,6 +544,7 @@ def run_training(trainer_cls: type, script_args, training_args, model_args, **tr
     trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
     if trainer.accelerator.is_main_process:
         _warn_if_a_checkpoint_may_not_fit(trainer)
+    _TRAINING_STARTED.set()  # from here on an error keeps its traceback (run_script)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)
     dataset_name = None if is_toy(script_args.dataset_name) else script_args.dataset_name

@@ -43,6 +43,8 @@ class Reply:
     raw_body: str | None = None
     trickle: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, int] | None = None
+    """``{"prompt_tokens": P, "completion_tokens": C}`` reported in the body's ``usage`` (None: zeros)."""
 
 
 @dataclass
@@ -54,8 +56,13 @@ class RecordedRequest:
     started: float = field(default_factory=time.perf_counter)
 
 
-def chat_completion_body(content: str, model: str = "loopback") -> dict[str, Any]:
-    """A minimal OpenAI chat-completion response body holding ``content``."""
+def chat_completion_body(
+    content: str, model: str = "loopback", usage: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """A minimal OpenAI chat-completion response body holding ``content`` and ``usage`` (token counts, zeros
+    when None)."""
+    prompt_tokens = int((usage or {}).get("prompt_tokens", 0))
+    completion_tokens = int((usage or {}).get("completion_tokens", 0))
     return {
         "id": "chatcmpl-loopback",
         "object": "chat.completion",
@@ -64,7 +71,11 @@ def chat_completion_body(content: str, model: str = "loopback") -> dict[str, Any
         "choices": [
             {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -155,7 +166,9 @@ class LoopbackChatServer:
                         reply.raw_body
                         if reply.raw_body is not None
                         else json.dumps(
-                            chat_completion_body(reply.content, (body or {}).get("model", "loopback"))
+                            chat_completion_body(
+                                reply.content, (body or {}).get("model", "loopback"), reply.usage
+                            )
                         )
                     )
                     data = payload.encode()

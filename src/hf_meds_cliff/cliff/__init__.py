@@ -1,6 +1,6 @@
 """Cliff: process rewards from the first mistake a teacher finds in an incorrect rollout.
 
-Re-exports only. Sentence splitting is imported eagerly (pure Python, used by the toy world); the
+Re-exports only. Sentence and code-unit splitting are imported eagerly (pure Python, used by the toy world); the
 tensor code, judging, teachers and trainer load on first attribute access, so importing this package
 pulls in neither ``trl``, ``transformers`` nor ``httpx``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .sentences import sentence_texts, split_sentences
+from .sentences import code_unit_texts, sentence_texts, split_code_units, split_sentences
 
 _LAZY_ATTRIBUTES = {
     "cliff_token_advantages": "hf_meds_cliff.cliff.advantages",
@@ -39,11 +39,13 @@ __all__ = [
     "build_solve_messages",
     "build_teacher",
     "cliff_token_advantages",
+    "code_unit_texts",
     "first_mistake_token_positions",
     "is_endpoint_failure",
     "parse_judgment",
     "sentence_texts",
     "sentence_to_token_index",
+    "split_code_units",
     "split_sentences",
     "zero_variance_groups",
 ]

@@ -13,7 +13,7 @@ Pure tensor functions, separate from the trainer (which only wires them in):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -233,6 +233,7 @@ def first_mistake_token_positions(
     completion_ids: Sequence[Sequence[int]],
     completion_texts: Sequence[str],
     first_mistakes: Sequence[int | None],
+    split: Callable[[str], list[tuple[int, int]]] | None = None,
 ) -> list[int]:
     """Token index of the start of the incorrect suffix for each rollout (batched).
 
@@ -244,10 +245,15 @@ def first_mistake_token_positions(
     (tokenisation not canonical, special tokens in between, slow tokenizer) it falls back to
     :func:`token_index_at_char`. Either way a straddling token belongs to the suffix.
 
+    ``split`` is the unit splitter the teacher numbered the rollout with: :func:`~hf_meds_cliff.cliff.split_sentences`
+    (the default, math) or :func:`~hf_meds_cliff.cliff.split_code_units` (code rollouts).
+
     Returns:
         ``len(completion_ids)`` ints, each in ``[0, len(completion_ids[i])]``.
     """
     from .sentences import split_sentences
+
+    split = split_sentences if split is None else split
 
     if not len(completion_ids) == len(completion_texts) == len(first_mistakes):
         raise ValueError(
@@ -260,7 +266,7 @@ def first_mistake_token_positions(
         if first_mistake is None or first_mistake <= 0:
             positions.append(0)
             continue
-        spans = split_sentences(text)
+        spans = split(text)
         if first_mistake >= len(spans):
             raise ValueError(
                 f"first mistake {first_mistake} is out of range for a rollout of {len(spans)} sentences."

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dapo import DAPOConfig
+from .code_domain import CLIFF_DOMAINS
 
 TEACHER_KINDS = ("rule", "http", "transformers")
 SELF_CONSISTENCY_REDUCERS = ("median", "majority")
@@ -43,6 +44,11 @@ class CliffConfig(DAPOConfig):
             Which reward function decides correctness, and the value from which a rollout counts as correct.
         cliff_answer_column (`str`, defaults to `"answer"`): Dataset column with the ground-truth answer used to
             verify the teacher's reference solutions.
+        cliff_domain (`str`, defaults to `"auto"`): `"math"` or `"code"`; `"auto"` is code when the correctness
+            reward is a :class:`hf_meds_cliff.code.CodeTestsReward`, math otherwise. Code numbers rollouts by
+            :func:`~hf_meds_cliff.cliff.split_code_units`, verifies the teacher's reference program on the row's
+            tests and shows the judge the first failing test of the student's program.
+        cliff_tests_column (`str`, defaults to `"tests"`): Dataset column with the tests (code).
         cliff_allow_missing_state_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
             `cliff_state.json` by starting with empty caches (otherwise that is an error naming the checkpoint).
         cliff_log_rollouts (`int`, defaults to `64`), cliff_log_max_chars (`int`, defaults to `4000`):
@@ -179,6 +185,25 @@ class CliffConfig(DAPOConfig):
             "help": "Dataset column holding the ground-truth answer used to verify the teacher's reference."
         },
     )
+    cliff_domain: str = field(
+        default="auto",
+        metadata={
+            "help": "Task domain: 'math' (rollouts numbered by sentence, answers checked by math-verify), 'code' "
+            "(rollouts numbered by sentence and program line, the teacher's reference program must pass the row's "
+            "tests in the sandbox, the judge sees the first failing test), or 'auto' (code when the correctness "
+            "reward is a hf_meds_cliff.code.CodeTestsReward, math otherwise).",
+            "choices": list(CLIFF_DOMAINS),
+        },
+    )
+    cliff_tests_column: str = field(
+        default="tests",
+        metadata={
+            "help": "Code domain: dataset column holding each row's tests (DeepCoder's JSON string, a list of "
+            "{input, output} cases, or a TACO dict), used to verify the teacher's reference program and to show "
+            "the judge the student's first failing test. Functional tests take the function name from a `fn_name` "
+            "column or DeepCoder's metadata['func_name']."
+        },
+    )
 
     cliff_log_rollouts: int = field(
         default=64,
@@ -208,6 +233,11 @@ class CliffConfig(DAPOConfig):
             raise ValueError(
                 f"cliff_lam={self.cliff_lam!r} is outside [0, 1]. λ weighs the correct prefix of an incorrect rollout "
                 "between no credit (0, the paper's setting) and full credit (1); pick a value in that range."
+            )
+        if self.cliff_domain not in CLIFF_DOMAINS:
+            raise ValueError(
+                f"cliff_domain={self.cliff_domain!r} is not a known domain; use one of {list(CLIFF_DOMAINS)} "
+                "('auto' reads it from the correctness reward)."
             )
         if self.cliff_teacher not in TEACHER_KINDS:
             raise ValueError(

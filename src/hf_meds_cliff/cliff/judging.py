@@ -24,12 +24,18 @@ from ..data import QWEN_MATH_INSTRUCTION
 from .teachers.base import Judgment
 
 __all__ = [
+    "CODE_INSTRUCTION",
+    "CODE_JUDGE_SYSTEM_PROMPT",
+    "DOMAINS",
+    "JUDGE_NO_REFERENCE_SYSTEM_PROMPT",
     "JUDGE_SYSTEM_PROMPT",
     "NO_MISTAKE",
     "aggregate_judgments",
     "build_judge_messages",
     "build_solve_messages",
+    "check_domain",
     "format_numbered_sentences",
+    "format_numbered_units",
     "parse_judgment",
 ]
 
@@ -76,6 +82,45 @@ Find the first mistaken sentence of the student solution. Give your reasoning, t
 {last}, or -1 if there is no mistake)."""
 
 
+JUDGE_NO_REFERENCE_SYSTEM_PROMPT = """\
+You are a meticulous grader of step-by-step math solutions. You receive a problem and a student's \
+solution split into numbered steps [0], [1], [2], ... No reference solution is given: check every \
+step yourself.
+
+Your task: decide whether the student's final answer is correct, and find the FIRST step that \
+contains a genuine mistake (the "pitfall step"), or say that there is none.
+
+Rules:
+1. Work the problem out yourself where needed; do not trust the student's claims.
+2. Do not penalise a valid method, algebraically equivalent rewrites, or notation differences.
+3. Do not penalise a failed attempt or a slip that the student later notices and corrects; judge \
+the reasoning the student finally relies on.
+4. Reasoning that gets stuck, loops, repeats itself without progress, or degenerates into \
+gibberish counts as a mistake at the step where it starts.
+5. Mark only the first genuine mistake: an error in computation, logic, a false claim, a \
+misreading of the problem, or an unjustified final answer. Later steps that merely build on it do \
+not matter. A solution without any mistake gets -1.
+
+First explain your reasoning briefly. Then end your reply with exactly one JSON object on its own \
+line, with no text after it:
+{"final_answer_correct": true or false, "first_mistake": <the id of the first step with a \
+mistake, or -1 if there is no mistake>}"""
+"""The judge's system prompt when there is no reference solution (``build_judge_messages(problem, None, ...)``:
+``hf-meds-cliff judge-eval`` on data without an answer column, such as ProcessBench). Same JSON reply and
+parser as :data:`JUDGE_SYSTEM_PROMPT`."""
+
+_JUDGE_NO_REFERENCE_USER_TEMPLATE = """\
+## Problem
+{problem}
+
+## Student solution ({count} steps, numbered from 0)
+{numbered}
+
+Find the first mistaken step of the student solution, if any. Give your reasoning, then the JSON \
+object {{"final_answer_correct": ..., "first_mistake": ...}} (first_mistake is a step id from 0 to \
+{last}, or -1 if there is no mistake)."""
+
+
 def format_numbered_sentences(sentences: Sequence[str]) -> str:
     """One line per sentence, ``[k] text`` (surrounding whitespace of each sentence stripped).
 
@@ -86,10 +131,30 @@ def format_numbered_sentences(sentences: Sequence[str]) -> str:
     return "\n".join(f"[{index}] {sentence.strip()}" for index, sentence in enumerate(sentences))
 
 
-def build_judge_messages(problem: str, reference: str, sentences: Sequence[str]) -> list[dict[str, str]]:
-    """Chat messages asking the teacher to judge ``sentences`` (a rollout) against ``reference``."""
+def build_judge_messages(
+    problem: str,
+    reference: str | None,
+    sentences: Sequence[str],
+    *,
+    domain: str = "math",
+    execution: str | None = None,
+) -> list[dict[str, str]]:
+    """Chat messages asking the teacher to judge ``sentences`` (a rollout) against ``reference``.
+
+    ``reference=None`` asks for a judgment without a reference solution (its own prompt,
+    :data:`JUDGE_NO_REFERENCE_SYSTEM_PROMPT`; same reply format): what ``hf-meds-cliff judge-eval`` sends for
+    data that has no ground-truth answer, such as ProcessBench. Training always passes a verified reference.
+
+    ``domain="code"`` gives the code judge (:data:`CODE_JUDGE_SYSTEM_PROMPT`; it needs the reference program):
+    ``sentences`` are then the units of :func:`~hf_meds_cliff.cliff.split_code_units` and ``execution`` is what
+    running the student's program showed (:func:`hf_meds_cliff.cliff.code_domain.describe_test_run`);
+    ``execution`` is ignored on math.
+    """
+    check_domain(domain)
+    if domain == "code":
+        return _build_code_judge_messages(problem, reference, sentences, execution)
     for name, value in (("problem", problem), ("reference", reference)):
-        if not isinstance(value, str):
+        if not isinstance(value, str) and not (name == "reference" and value is None):
             raise TypeError(f"`{name}` must be a str, got {type(value).__name__}: {value!r:.80}")
     if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
         raise TypeError(
@@ -100,6 +165,17 @@ def build_judge_messages(problem: str, reference: str, sentences: Sequence[str])
         raise ValueError(
             "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
         )
+    if reference is None:
+        user = _JUDGE_NO_REFERENCE_USER_TEMPLATE.format(
+            problem=problem.strip(),
+            count=len(sentences),
+            numbered=format_numbered_sentences(sentences),
+            last=len(sentences) - 1,
+        )
+        return [
+            {"role": "system", "content": JUDGE_NO_REFERENCE_SYSTEM_PROMPT},
+            {"role": "user", "content": user},
+        ]
     user = _JUDGE_USER_TEMPLATE.format(
         problem=problem.strip(),
         reference=reference.strip(),
@@ -110,18 +186,133 @@ def build_judge_messages(problem: str, reference: str, sentences: Sequence[str])
     return [{"role": "system", "content": JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def build_solve_messages(problem: str) -> list[dict[str, str]]:
+def build_solve_messages(problem: str, *, domain: str = "math") -> list[dict[str, str]]:
     """Chat messages asking the teacher to solve ``problem`` with the Qwen-Math instruction.
+
+    ``domain="code"`` asks for a complete Python program in one fenced block instead (:data:`CODE_INSTRUCTION`);
+    the reference filter then runs it on the row's tests.
 
     >>> build_solve_messages("Compute 1 + 2.")[0]["content"]
     'Compute 1 + 2.\\nPlease reason step by step, and put your final answer within \\\\boxed{}.'
     """
     if not isinstance(problem, str):
         raise TypeError(f"`problem` must be a str, got {type(problem).__name__}: {problem!r:.80}")
+    check_domain(domain)
     content = problem.strip()
+    if domain == "code":
+        return [{"role": "system", "content": CODE_INSTRUCTION}, {"role": "user", "content": content}]
     if QWEN_MATH_INSTRUCTION not in content:
         content = f"{content}\n{QWEN_MATH_INSTRUCTION}"
     return [{"role": "user", "content": content}]
+
+
+# --- code ------------------------------------------------------------------------------------------
+
+DOMAINS = ("math", "code")
+"""The task domains the Cliff judge has prompts for."""
+
+CODE_INSTRUCTION = (
+    "Solve the programming problem. Think about the algorithm first, then give a complete Python 3 program in "
+    "one ```python code block. If the problem names a function (starter code), define that function; otherwise "
+    "read the input from standard input and write the answer to standard output."
+)
+"""The teacher's instruction for writing a reference program (the reference filter runs it on the row's tests)."""
+
+CODE_JUDGE_SYSTEM_PROMPT = """\
+You are a meticulous reviewer of solutions to programming problems. You receive a problem, a verified \
+reference program that passes all of the problem's tests, the student's answer split into numbered units \
+[0], [1], [2], ... (each sentence of the explanation is one unit and each non-blank line of code is one unit), \
+and the result of running the student's program on the tests.
+
+Your task: decide whether the student's program is correct, and find the FIRST unit that contains a genuine \
+mistake (the "pitfall step").
+
+Rules:
+1. A program that passes the tests is correct unless it contains an irrefutable, fatal error.
+2. Do not penalise a different but valid algorithm, equivalent rewrites (other names, other loops, other \
+library calls), or style. The reference shows one correct program, not the only one.
+3. Do not penalise an attempt or a slip that the student later notices and corrects; judge the code and \
+reasoning the student finally relies on.
+4. Output that gets stuck, loops, repeats itself without progress, or degenerates into gibberish counts as a \
+mistake at the unit where it starts.
+5. Mark only the first genuine mistake. For code this is typically the first line whose logic is wrong: a \
+wrong formula or condition, an off-by-one in a range, index or bound, a misread input or output format, a \
+wrong data type or overflow, a missing case, or an algorithm whose complexity is too high for the limits (mark \
+the line or sentence where that algorithm is chosen). A wrong claim in the explanation that the code then \
+follows is the mistake. Later units that merely build on it do not matter.
+6. Use the test result: the failing test's input, expected and actual output, or the error, point to the \
+mistake; trace the program on that input to find the line where it first goes wrong.
+
+First explain your reasoning briefly. Then end your reply with exactly one JSON object on its own line, with \
+no text after it:
+{"final_answer_correct": true or false, "first_mistake": <the id of the first unit with a mistake, or -1 if \
+there is no mistake>}"""
+
+_CODE_JUDGE_USER_TEMPLATE = """\
+## Problem
+{problem}
+
+## Verified reference program
+{reference}
+
+## Student answer ({count} units, numbered from 0)
+{numbered}
+
+## Result of running the student's program
+{execution}
+
+Find the first mistaken unit of the student answer. Give your reasoning, then the JSON object \
+{{"final_answer_correct": ..., "first_mistake": ...}} (first_mistake is a unit id from 0 to {last}, or -1 if \
+there is no mistake)."""
+
+
+def format_numbered_units(units: Sequence[str]) -> str:
+    """One line per unit, ``[k] text``; code units keep their indentation (only line ends are stripped).
+
+    >>> print(format_numbered_units(["Read n.\\n```python\\n", "for i in range(n):\\n", "    print(i)\\n```"]))
+    [0] Read n.
+    ```python
+    [1] for i in range(n):
+    [2]     print(i)
+    ```
+    """
+    return "\n".join(f"[{index}] {unit.rstrip()}" for index, unit in enumerate(units))
+
+
+def check_domain(domain: str) -> None:
+    """Raise ``ValueError`` unless ``domain`` is one the judge has prompts for (:data:`DOMAINS`)."""
+    if domain not in DOMAINS:
+        raise ValueError(f"domain={domain!r} is unknown; use one of {list(DOMAINS)}.")
+
+
+def _build_code_judge_messages(
+    problem: str, reference: str, units: Sequence[str], execution: str | None
+) -> list[dict[str, str]]:
+    for name, value in (("problem", problem), ("reference", reference)):
+        if not isinstance(value, str):
+            raise TypeError(f"`{name}` must be a str, got {type(value).__name__}: {value!r:.80}")
+    if execution is not None and not isinstance(execution, str):
+        raise TypeError(
+            f"`execution` must be a str or None, got {type(execution).__name__}: {execution!r:.80}"
+        )
+    if isinstance(units, str) or not all(isinstance(u, str) for u in units):
+        raise TypeError(
+            "`sentences` must be a sequence of str (the texts of `split_code_units(completion)`), "
+            f"got {type(units).__name__}: {units!r:.80}"
+        )
+    if len(units) == 0:
+        raise ValueError(
+            "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
+        )
+    user = _CODE_JUDGE_USER_TEMPLATE.format(
+        problem=problem.strip(),
+        reference=reference.strip(),
+        count=len(units),
+        numbered=format_numbered_units(units),
+        execution=(execution or "Not available: judge the program by reading it.").strip(),
+        last=len(units) - 1,
+    )
+    return [{"role": "system", "content": CODE_JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
 # --- parsing -----------------------------------------------------------------------------------

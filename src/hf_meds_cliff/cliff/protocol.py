@@ -22,6 +22,12 @@ starts (a sentence index, the "pitfall step" p(a)):
    GRPO. With self-consistency, failed judgments are ignored when others of the same rollout answered.
 5. Judgments and verified references are cached (JSON-serialisable, see :meth:`CliffJudge.state_dict`).
 
+Code (:mod:`hf_meds_cliff.cliff.code_domain`): the same steps with the rollout numbered by
+:func:`~hf_meds_cliff.cliff.split_code_units`, the reference verified by running the teacher's program on the row's
+tests, and each judged rollout's program run first (``describe_failure``) so that the teacher also sees the first
+failing test (passed as ``execution=`` to a teacher whose ``judge`` takes that keyword). Programs and verifiers that
+block (``checks_in_threads``) run in worker threads, concurrently, never on the teacher's event loop.
+
 Several processes: the calls of a step are enumerated in the same order on every rank, rank ``r`` runs calls
 ``r, r + W, r + 2W, ...``, and the results are all-gathered, so no call is duplicated and every rank ends with the
 same outcome and the same caches.
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import threading
 import time
@@ -188,7 +195,8 @@ class StepOutcome:
             reference), and for judged rows the teacher's answers ``raw``, their ``statuses`` and ``votes``
             (one per self-consistency call); judged and cached rows of Cliff groups also get ``agreed``
             (True: the teacher located a mistake, False: it found none, a disagreement with the verifier;
-            None: no usable answer).
+            None: no usable answer); judged rows of a run with ``describe_failure`` (code) also get
+            ``execution`` (what running the program showed the teacher).
         references: the reference solution used per prompt key this step (None = not verified).
     """
 
@@ -260,7 +268,12 @@ class CliffJudge:
         reference_cache / judgment_cache: reuse verified references per prompt / judgments per (prompt, completion).
         self_consistency: judgments per rollout (k).
         reducer: ``"median"`` or ``"majority"`` (see :func:`reduce_first_mistakes`).
-        split: sentence splitter (defaults to :func:`hf_meds_cliff.cliff.split_sentences`).
+        split: sentence splitter (defaults to :func:`hf_meds_cliff.cliff.split_sentences`; code:
+            :func:`~hf_meds_cliff.cliff.split_code_units`).
+        describe_failure: ``describe_failure(completion, ground_truth) -> str | None``, what running the rollout
+            showed (code: :meth:`~hf_meds_cliff.cliff.code_domain.CodeTestRunner.describe_failure`); given to the
+            teacher's ``judge`` as ``execution=`` when it takes that keyword. ``None`` (math): nothing is run.
+        checks_in_threads: run ``verify`` and ``describe_failure`` in worker threads (they execute programs).
     """
 
     def __init__(
@@ -274,6 +287,8 @@ class CliffJudge:
         self_consistency: int = 1,
         reducer: str = "median",
         split: Callable[[str], list[tuple[int, int]]] = split_sentences,
+        describe_failure: Callable[[str, str | None], str | None] | None = None,
+        checks_in_threads: bool = False,
     ):
         if not isinstance(self_consistency, int) or self_consistency < 1:
             raise ValueError(f"self_consistency={self_consistency!r} must be a positive integer.")
@@ -287,6 +302,9 @@ class CliffJudge:
         self.self_consistency = self_consistency
         self.reducer = reducer
         self.split = split
+        self.describe_failure = describe_failure
+        self.checks_in_threads = checks_in_threads
+        self._teacher_takes_execution = _accepts_keyword(getattr(teacher, "judge", None), "execution")
         self.references: dict[str, str] = {}
         self.judgments: dict[str, dict[str, Any]] = {}
         self._loop: BackgroundLoop | None = None
@@ -353,15 +371,35 @@ class CliffJudge:
         if ground_truth is None:
             return {"solution": solution, "verified": False, "status": "no_ground_truth"}
         try:
-            verified = bool(self.verify(solution, ground_truth))
+            if self.checks_in_threads:
+                verified = bool(await asyncio.to_thread(self.verify, solution, ground_truth))
+            else:
+                verified = bool(self.verify(solution, ground_truth))
         except Exception as error:  # noqa: BLE001 -- a verifier crash must not stop training
             logger.warning("Verifying the teacher's solution raised %s: %s", type(error).__name__, error)
             return {"solution": solution, "verified": False, "status": "verify_error"}
         return {"solution": solution, "verified": verified, "status": "verified" if verified else "wrong"}
 
-    async def _judge(self, problem: str, reference: str, sentences: list[str]) -> dict[str, Any]:
+    async def _describe(self, completion: str, ground_truth: str | None) -> dict[str, Any]:
+        """What running ``completion`` on the row's tests showed, for the judge; never raises."""
         try:
-            judgment = await self.teacher.judge(problem, reference, sentences)
+            if self.checks_in_threads:
+                text = await asyncio.to_thread(self.describe_failure, completion, ground_truth)
+            else:
+                text = self.describe_failure(completion, ground_truth)
+        except Exception as error:  # noqa: BLE001 -- the judge then reads the program without a test result
+            logger.warning("Running a rollout for the judge raised %s: %s", type(error).__name__, error)
+            return {"execution": None, "status": "error"}
+        return {"execution": text, "status": "ok"}
+
+    async def _judge(
+        self, problem: str, reference: str, sentences: list[str], execution: str | None = None
+    ) -> dict[str, Any]:
+        try:
+            if execution is not None and self._teacher_takes_execution:
+                judgment = await self.teacher.judge(problem, reference, sentences, execution=execution)
+            else:
+                judgment = await self.teacher.judge(problem, reference, sentences)
         except Exception as error:  # noqa: BLE001 -- judge never raises by contract; keep training alive
             logger.warning("Teacher.judge raised %s: %s", type(error).__name__, error)
             judgment = Judgment(first_mistake=None, verdict_correct=None, status="error", raw=repr(error))
@@ -410,7 +448,8 @@ class CliffJudge:
         Counters: ``groups``, ``ungraded``, ``groups_skipped``, ``groups_cliff``, ``groups_fallback_unverified``,
         ``groups_fallback_endpoint``, ``solve_calls``, ``judge_calls``, ``reference_cache_hits``,
         ``judgment_cache_hits``, ``references_unverified``, ``truncated``, ``agreements``, ``disagreements``,
-        ``judge_failures/<status>``, ``solve_failures/<status>``, ``rollouts_with_mistake``.
+        ``judge_failures/<status>``, ``solve_failures/<status>``, ``rollouts_with_mistake``; with
+        ``describe_failure`` (code) also ``executions`` and ``execution_failures/<status>``.
         Values: ``judge_wall_time``, ``first_mistake_sentence``, ``first_mistake_sentence_fraction``,
         ``self_consistency_agreement``.
         """
@@ -511,6 +550,19 @@ class CliffJudge:
                     details[i] = {"source": "cached"}
                 else:
                     judge_rows.append(i)
+        executions: dict[int, str | None] = {}
+        if self.describe_failure is not None and judge_rows:
+            described = self._sharded_calls(
+                [partial(self._describe, rows.completions[i], rows.ground_truths[i]) for i in judge_rows],
+                rank,
+                world_size,
+                gather,
+            )
+            counters["executions"] += len(judge_rows)
+            for i, result in zip(judge_rows, described):
+                executions[i] = result["execution"]
+                if result["status"] != "ok":
+                    counters[f"execution_failures/{result['status']}"] += 1
         row_sentences: dict[int, list[tuple[int, int]]] = {}
         calls = []
         for i in judge_rows:
@@ -518,7 +570,7 @@ class CliffJudge:
             sentences = [rows.completions[i][start:end] for start, end in row_sentences[i]]
             reference = references[rows.prompt_keys[i]]
             calls.extend(
-                partial(self._judge, rows.problems[i], reference, sentences)
+                partial(self._judge, rows.problems[i], reference, sentences, executions.get(i))
                 for _ in range(self.self_consistency)
             )
         judge_results = self._sharded_calls(calls, rank, world_size, gather)
@@ -535,6 +587,8 @@ class CliffJudge:
                 "statuses": [result["status"] for result in results],
                 "votes": [result["first_mistake"] for result in results],
             }
+            if i in executions:
+                details[i]["execution"] = executions[i]
             votes: list[int | None] = []
             endpoint_failures = 0
             for result in results:
@@ -604,6 +658,15 @@ class CliffJudge:
             judge_details=details,
             references=dict(references),
         )
+
+
+def _accepts_keyword(function: Any, name: str) -> bool:
+    """Whether ``function`` can be called with the keyword argument ``name`` (or takes ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _default_verify(solution: str, ground_truth: str) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sentence_texts", "split_sentences"]
+__all__ = ["code_unit_texts", "sentence_texts", "split_code_units", "split_sentences"]
 
 _TERMINATORS = ".!?"
 _CLOSERS = "\"')]*\u201d\u2019"
@@ -228,3 +228,120 @@ def sentence_texts(text: str) -> list[str]:
     ['x = 1. ', 'So y = 2.']
     """
     return [text[start:end] for start, end in split_sentences(text)]
+
+
+# A fence opens a code block at the start of a line: up to three spaces, then three or more backticks or
+# tildes (CommonMark); backticks may not appear in its info string. It closes at a line holding only a run of
+# the same character at least as long (and whitespace).
+_FENCE_OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)$")
+
+
+def _lines(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Spans of the lines of ``text[start:end]``, each with its ``"\\n"``; the last may lack one."""
+    spans: list[tuple[int, int]] = []
+    position = start
+    while position < end:
+        newline = text.find("\n", position, end)
+        line_end = end if newline == -1 else newline + 1
+        spans.append((position, line_end))
+        position = line_end
+    return spans
+
+
+def _code_blocks(text: str) -> list[tuple[int, int, int, int]]:
+    """``(fence_start, body_start, body_end, block_end)`` of each fenced code block, in order.
+
+    ``text[fence_start:body_start]`` is the opening fence line, ``text[body_start:body_end]`` the program
+    and ``text[body_end:block_end]`` the closing fence line. A block never closed (a rollout truncated
+    inside its program) runs to the end of the text with an empty closing part.
+    """
+    blocks: list[tuple[int, int, int, int]] = []
+    lines = _lines(text, 0, len(text))
+    index = 0
+    while index < len(lines):
+        start, end = lines[index]
+        opening = _FENCE_OPEN.match(text[start:end].rstrip("\r\n"))
+        index += 1
+        if opening is None or (opening.group("fence")[0] == "`" and "`" in opening.group("info")):
+            continue
+        fence = opening.group("fence")
+        closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+        body_start = end
+        while index < len(lines) and not closing.match(
+            text[lines[index][0] : lines[index][1]].rstrip("\r\n")
+        ):
+            index += 1
+        if index < len(lines):
+            blocks.append((start, body_start, lines[index][0], lines[index][1]))
+            index += 1
+        else:
+            blocks.append((start, body_start, len(text), len(text)))
+    return blocks
+
+
+def _prose_pieces(text: str, start: int, end: int) -> list[tuple[int, int, bool]]:
+    """The sentences of the prose ``text[start:end]``; a whitespace-only one starts no unit."""
+    return [
+        (start + s, start + e, bool(text[start + s : start + e].strip()))
+        for s, e in split_sentences(text[start:end])
+    ]
+
+
+def split_code_units(text: str) -> list[tuple[int, int]]:
+    """Character spans of the *units* of a code rollout: prose sentences and program lines.
+
+    The numbering a Cliff teacher sees for a code rollout (prose plus a program). Prose outside fenced
+    code blocks is split by :func:`split_sentences`; inside a fenced block (```` ``` ```` or ``~~~``,
+    CommonMark rules) each non-blank line is one unit. Blank lines and the fence lines belong to the unit
+    before them (the opening fence to the last prose sentence before the block, the closing fence to the
+    program's last line); a fence with nothing before it joins the unit after it. A block that is never
+    closed (a truncated rollout) is code up to the end. Same guarantees as :func:`split_sentences`: the
+    spans cover the text exactly, in order, with no gap, no overlap and no whitespace-only span (unless
+    the whole text is whitespace); empty text gives ``[]``.
+
+    >>> text = "Read n and print it.\\n```python\\nn = int(input())\\n\\nprint(n)\\n```\\nDone."
+    >>> [text[s:e] for s, e in split_code_units(text)]
+    ['Read n and print it.\\n```python\\n', 'n = int(input())\\n\\n', 'print(n)\\n```\\n', 'Done.']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"split_code_units expects a str, got {type(text).__name__}: {text!r:.80}")
+    if not text:
+        return []
+    # Each piece is (start, end, starts_unit): pieces that do not start a unit (fences, blank code lines)
+    # are glued onto the unit before them.
+    pieces: list[tuple[int, int, bool]] = []
+    position = 0
+    for fence_start, body_start, body_end, block_end in _code_blocks(text):
+        pieces.extend(_prose_pieces(text, position, fence_start))
+        pieces.append((fence_start, body_start, False))
+        for line_start, line_end in _lines(text, body_start, body_end):
+            pieces.append((line_start, line_end, bool(text[line_start:line_end].strip())))
+        if block_end > body_end:
+            pieces.append((body_end, block_end, False))
+        position = block_end
+    pieces.extend(_prose_pieces(text, position, len(text)))
+
+    spans: list[tuple[int, int]] = []
+    pending_start: int | None = None  # a leading non-unit piece waits for the first unit
+    for start, end, starts_unit in pieces:
+        if start == end:
+            continue
+        if not starts_unit and spans:
+            spans[-1] = (spans[-1][0], end)
+        elif not starts_unit:
+            pending_start = start if pending_start is None else pending_start
+        else:
+            spans.append((start if pending_start is None else pending_start, end))
+            pending_start = None
+    if pending_start is not None:  # only fences and blank lines: one unit
+        spans.append((pending_start, len(text)))
+    return spans
+
+
+def code_unit_texts(text: str) -> list[str]:
+    """The units of a code rollout as strings (``"".join(code_unit_texts(t)) == t``).
+
+    >>> code_unit_texts("```\\nx = 1\\ny = 2\\n```")
+    ['```\\nx = 1\\n', 'y = 2\\n```']
+    """
+    return [text[start:end] for start, end in split_code_units(text)]

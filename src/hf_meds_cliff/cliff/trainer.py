@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -16,6 +17,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from ..checkpointing import (
+    CheckpointSafetyMixin,
     checkpoint_folder,
     read_json_file,
     remove_stale_temporaries,
@@ -26,18 +28,23 @@ from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from .advantages import cliff_token_advantages, first_mistake_token_positions
+from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
 from .config import CliffConfig
+from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
+from .sentences import split_code_units, split_sentences
 from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)
 
 CLIFF_STATE_NAME = "cliff_state.json"
+TEACHER_COST_NAME = "cliff_teacher_cost.json"
+"""The teacher's cost totals so far (requests, tokens, time), saved in each checkpoint for the model card."""
 ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
 """Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
 
 
-class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
+class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GRPOTrainer):
     r"""
     Cliff (learning process rewards from the first mistake) on top of TRL's [`~trl.GRPOTrainer`].
 
@@ -66,12 +73,31 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
       checkpoint without a valid one is an error unless ``cliff_allow_missing_state_on_resume``.
     - ``create_model_card`` (from :class:`~hf_meds_cliff.model_card.MethodModelCardMixin`): adds the ``cliff_*``
       hyperparameters and the reproduce command.
+    - ``train``, ``_save``, ``_push_from_checkpoint`` (from :class:`~hf_meds_cliff.checkpointing.CheckpointSafetyMixin`):
+      ``train(resume_from_checkpoint=True)`` resumes from the newest *complete* checkpoint, skipping (and naming)
+      incomplete ones, as the scripts do; ``training_args.bin`` is written without ``hub_token`` or other secrets.
+
+    Domains (``cliff_domain``; ``"auto"`` = code when the correctness reward is a
+    :class:`~hf_meds_cliff.code.CodeTestsReward`): on **math** rollouts are numbered by sentence and the teacher's
+    reference is checked by math-verify against ``cliff_answer_column``. On **code** (the paper's second domain)
+    rollouts are numbered by :func:`~hf_meds_cliff.cliff.split_code_units` (prose sentences, one unit per non-blank
+    program line), the teacher's reference program must pass the row's tests (``cliff_tests_column``) in the sandbox
+    with the correctness reward's limits, and the judge also sees what running the student's program showed (first
+    failing test's input, expected and actual output, or the error); every other protocol step is the same. Partial
+    credit on code: correctness stays all-tests-pass (``CodeTestsReward(mode="binary")`` at
+    ``cliff_correctness_reward_index``); a ``CodeTestsReward(mode="fraction")`` added as a second reward changes
+    only TRL's sequence-level advantages: an incorrect rollout's suffix carries its own (less negative when it
+    passes more tests) advantage, correct rollouts all pass everything so ``A_cor`` is unchanged, and a group whose
+    rollouts all fail but pass different shares of tests keeps TRL's sequence-level advantages (no teacher call),
+    so it still learns from the partial credit.
 
     Args:
         teacher: an object following :class:`hf_meds_cliff.cliff.teachers.base.Teacher`; when ``None`` it is built
-            from the ``cliff_teacher*`` fields of ``args``.
+            from the ``cliff_teacher*`` fields of ``args`` (prompting for the run's domain). A teacher with a
+            ``domain`` attribute must match the run's domain.
         reference_verifier: ``verify(teacher_solution, ground_truth) -> bool`` for the reference filter; defaults
-            to :func:`hf_meds_cliff.rewards.check_answer` (math answers). Pass one for other tasks (e.g. code).
+            to :func:`hf_meds_cliff.rewards.check_answer` (math answers) or, on code, to running the teacher's
+            program on the row's tests (:class:`~hf_meds_cliff.cliff.code_domain.CodeTestRunner`).
         All other arguments are those of [`~trl.GRPOTrainer`]; ``args`` must be a [`CliffConfig`].
 
     Ungraded rollouts: a correctness reward may return ``None`` for a row it cannot grade (TRL allows it, and TRL's
@@ -86,7 +112,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
     ``solve_failures/<kind>``, ``teacher/<counter>`` (the teacher's own counts summed over processes: requests,
     retries, ``failures/<kind>`` including endpoint failures of ``solve``), ``agreement`` (teacher–verifier agreement on judged incorrect rollouts),
     ``disagreements``, ``first_mistake_sentence``, ``first_mistake_sentence_fraction``, ``prefix_fraction`` (share
-    of the rollout's tokens before its first mistake), ``judge_wall_time`` (seconds), ``self_consistency_agreement``.
+    of the rollout's tokens before its first mistake), ``judge_wall_time`` (seconds), ``self_consistency_agreement``;
+    on code also ``executions`` (student programs run for the judge) and ``execution_failures/<kind>``.
 
     Limitations: multi-turn tool masks are not used for ``b`` (the completion mask is); the group baseline ``b``
     uses ``completion_mask`` after TRL's ``mask_truncated_completions``.
@@ -132,7 +159,17 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 f"{len(self.reward_funcs)} reward function(s) were given; point it at the correctness reward."
             )
         columns = getattr(self.train_dataset, "column_names", None)
-        if args.cliff_reference_filter and columns is not None and args.cliff_answer_column not in columns:
+        correctness_reward = self.reward_funcs[args.cliff_correctness_reward_index]
+        self.cliff_tests_column = tests_column_of(correctness_reward, args.cliff_tests_column)
+        self.cliff_domain = resolve_cliff_domain(
+            args.cliff_domain, correctness_reward, columns, self.cliff_tests_column
+        )
+        if (
+            self.cliff_domain == "math"
+            and args.cliff_reference_filter
+            and columns is not None
+            and args.cliff_answer_column not in columns
+        ):
             raise ValueError(
                 f"cliff_answer_column={args.cliff_answer_column!r} is not a column of the training dataset "
                 f"({columns}); the reference filter needs the ground truth to verify the teacher's solutions. Point "
@@ -141,16 +178,38 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         if teacher is None:
             from .teachers import build_teacher
 
-            teacher = build_teacher(args)
+            teacher = build_teacher(args, domain=self.cliff_domain)
+        teacher_domain = getattr(teacher, "domain", None)
+        if isinstance(teacher_domain, str) and teacher_domain != self.cliff_domain:
+            raise ValueError(
+                f"The teacher {teacher!r} prompts for the {teacher_domain!r} domain but this run is "
+                f"{self.cliff_domain!r} (cliff_domain={args.cliff_domain!r}); build it with domain="
+                f"{self.cliff_domain!r}, or set --cliff_domain to the data's domain."
+            )
         self.teacher = teacher
         logger.info("Cliff teacher: %r", teacher)
         # The toy world's rule-based teacher (the default) reads toy questions only: on other data every mixed group
         # would silently fall back to plain GRPO. Checked on the dataset's first rows here, or on the first batch.
         self._cliff_unchecked_rule_teacher = isinstance(teacher, RuleBasedToyTeacher)
         self._check_rule_teacher_reads(_first_problems(self.train_dataset))
+        code_runner = None
+        if self.cliff_domain == "code":
+            from .code_domain import is_code_reward
+
+            code_runner = (
+                CodeTestRunner.from_reward(correctness_reward)
+                if is_code_reward(correctness_reward)
+                else CodeTestRunner()
+            )
+            if reference_verifier is None:
+                reference_verifier = code_runner.verify
+        self.cliff_code_runner = code_runner
         self.cliff_judge = CliffJudge(
             teacher,
             verify=reference_verifier,
+            split=split_code_units if self.cliff_domain == "code" else split_sentences,
+            describe_failure=code_runner.describe_failure if code_runner is not None else None,
+            checks_in_threads=code_runner is not None,
             reference_filter=args.cliff_reference_filter,
             reference_cache=args.cliff_reference_cache,
             judgment_cache=args.cliff_judgment_cache,
@@ -162,6 +221,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         self._cliff_failure_keys: set[str] = set()
         self._teacher_counters_seen: Counter = Counter()
         self.cliff_last_outcome: StepOutcome | None = None
+        # Teacher cost (cliff/teacher_*, the model card): running totals and the end of the last round's judging.
+        self.cliff_teacher_cost: Counter = Counter({key: 0.0 for key in COST_KEYS})
+        self._cliff_round_started: float | None = None
+        self._cliff_last_judged: float | None = None
 
     # -- recording the step ----------------------------------------------------------------------------------------
 
@@ -176,6 +239,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self._cliff_pending = None
+        self._cliff_round_started = time.perf_counter()
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return output
@@ -207,16 +271,20 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         is_correct = correctness >= args.cliff_correctness_threshold  # False on NaN
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
+        if self.cliff_domain == "code":
+            ground_truths = [code_ground_truth(row, self.cliff_tests_column) for row in inputs]
+        else:
+            ground_truths = [_ground_truth(row.get(args.cliff_answer_column)) for row in inputs]
         local_rows = [
             (
                 key,
                 problem_text(prompt),
-                _ground_truth(row.get(args.cliff_answer_column)),
+                ground_truth,
                 text,
                 bool(len(ids)) and ids[-1] not in eos_and_pad,
             )
-            for key, prompt, row, text, ids in zip(
-                prompt_keys(prompts), prompts, inputs, texts, completion_ids_list
+            for key, prompt, ground_truth, text, ids in zip(
+                prompt_keys(prompts), prompts, ground_truths, texts, completion_ids_list
             )
         ]
         all_rows = gather_object(local_rows) if world_size > 1 else local_rows
@@ -234,18 +302,34 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         self._check_rule_teacher_reads(rows.problems)
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
+        judged_at = time.perf_counter()
+        cycle_started = (
+            self._cliff_last_judged if self._cliff_last_judged is not None else self._cliff_round_started
+        )
+        cycle_time_s = judged_at - cycle_started if cycle_started is not None else 0.0
+        self._cliff_last_judged = judged_at
         if args.cliff_log_rollouts and accelerator.is_main_process:
             self._cliff_log_rollouts(rows, outcome)
         # Judge inspection: each rollout's first-mistake sentence (None = plain GRPO) beside TRL's completions table,
         # which super() has just extended with this step's gathered completions in the same order.
         self._logs["extra"]["cliff_first_mistake"].extend(outcome.first_mistake)
         self._logs["extra"]["cliff_group_mode"].extend(outcome.group_modes)
+        counts_requests = "requests" in self._teacher_counters_seen or "requests" in getattr(
+            self.teacher, "counters", {}
+        )
         teacher_counts = self._teacher_counter_deltas(world_size)
+        teacher_cost = teacher_step_cost(
+            teacher_counts,
+            outcome.counters,
+            sum(outcome.values.get("judge_wall_time", [0.0])),
+            cycle_time_s,
+            counts_requests,
+        )
 
         # Sentence index -> token index for this process's rows; then all rows, for the group baselines.
         local = slice(rank * local_count, (rank + 1) * local_count)
         local_suffix = first_mistake_token_positions(
-            self._tokenizer, completion_ids_list, texts, outcome.first_mistake[local]
+            self._tokenizer, completion_ids_list, texts, outcome.first_mistake[local], self.cliff_judge.split
         )
         suffix_start = torch.tensor(local_suffix, dtype=torch.long, device=device)
         completion_mask = output["completion_mask"]
@@ -274,6 +358,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         located = torch.tensor([bool(spans) for spans in outcome.sentence_spans], device=device)
         lengths = mask.sum(dim=1).clamp(min=1)
         self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
+        self._log_teacher_cost(teacher_cost, cycle_time_s)
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
 
     def _check_rule_teacher_reads(self, problems: list[str]) -> None:
@@ -282,9 +367,14 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             return
         self._cliff_unchecked_rule_teacher = False
         if not any(self.teacher.can_read(problem) for problem in problems):
+            world, example = (
+                ("code world", "Read an integer a from standard input and print a + 1.")
+                if self.cliff_domain == "code"
+                else ("toy world", "Compute (7 + 5) * 3 - 4.")
+            )
             raise ValueError(
-                "The rule-based teacher (cliff_teacher='rule', the default) is the toy world's exact checker and "
-                f"reads only toy questions ('Compute (7 + 5) * 3 - 4.'), not this dataset's (e.g. "
+                f"The rule-based teacher (cliff_teacher='rule', the default) is the {world}'s exact checker and "
+                f"reads only toy questions ({example!r}), not this dataset's (e.g. "
                 f"{problems[0]!r:.100}); every mixed group would fall back to plain GRPO. Choose a teacher that can "
                 "judge this data: an OpenAI-compatible server (`--cliff_teacher http --cliff_teacher_base_url "
                 "http://127.0.0.1:8000/v1 --cliff_teacher_model <served model>`: vllm serve, SGLang, transformers "
@@ -295,11 +385,12 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
     def _cliff_log_rollouts(self, rows: StepRows, outcome: StepOutcome) -> None:
         """Append this step's first ``cliff_log_rollouts`` judged rollouts to ``cliff_rollouts.jsonl``.
 
-        Main process only. Each line: step, sample (row of the gathered batch), prompt key, problem, ground
-        truth, completion, its sentence spans (character offsets, as the teacher saw them), group mode, first
-        mistake (None = plain GRPO), how it was decided (``source``: judged / cached / truncated / unverified;
-        ``agreed``: the teacher located a mistake / found none / gave no usable answer) with the teacher's raw
-        answers, and the reference. Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are
+        Main process only. Each line: step, sample (row of the gathered batch), domain (``math``/``code``), prompt
+        key, problem, ground truth (code: the tests as JSON), completion, its sentence spans (character offsets of
+        the units the teacher saw: sentences, and program lines on code), group mode, first mistake (None = plain
+        GRPO), how it was decided (``source``: judged / cached / truncated / unverified; ``agreed``: the teacher
+        located a mistake / found none / gave no usable answer) with the teacher's raw answers, the reference, and
+        on code ``execution`` (what running the program showed the judge: the failing test). Texts are cut to ``cliff_log_max_chars`` (spans beyond the cut are
         dropped). After a resume, steps logged twice keep their last line (readers dedupe by step and sample).
         """
         cap = self.args.cliff_log_max_chars
@@ -317,9 +408,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 {
                     "step": self.state.global_step + 1,
                     "sample": i,
+                    "domain": self.cliff_domain,
                     "prompt_key": rows.prompt_keys[i],
                     "problem": cut(rows.problems[i]),
-                    "ground_truth": rows.ground_truths[i],
+                    "ground_truth": cut(rows.ground_truths[i]),
                     "completion": cut(text),
                     "sentences": [[start, end] for start, end in spans if end <= cap],
                     "is_truncated": rows.is_truncated[i],
@@ -331,6 +423,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                     "teacher_statuses": detail.get("statuses", []),
                     "teacher_votes": detail.get("votes", []),
                     "reference": cut(outcome.references.get(rows.prompt_keys[i])),
+                    "execution": cut(detail.get("execution")),
                 }
             )
         if not records:
@@ -365,6 +458,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             "disagreements", "rollouts_with_mistake", "ungraded",
         ):  # fmt: skip
             metrics[f"cliff/{name}"].append(float(counters.get(name, 0)))
+        if self.cliff_domain == "code":  # student programs run to show the judge their first failing test
+            metrics["cliff/executions"].append(float(counters.get("executions", 0)))
         self._cliff_failure_keys.update(k for k in counters if "_failures/" in k or k.startswith("teacher/"))
         for name in sorted(self._cliff_failure_keys):
             metrics[f"cliff/{name}"].append(float(counters.get(name, 0)))
@@ -376,6 +471,26 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
             prefix_fractions.mean().item() if prefix_fractions.numel() else math.nan
         )
 
+    def _log_teacher_cost(self, cost: dict[str, float], cycle_time_s: float) -> None:
+        """Log ``cliff/teacher_*`` (see :mod:`hf_meds_cliff.cliff.cost`) and add the round to the run's totals."""
+        metrics = self._metrics["train"]
+        for name, value in cost.items():
+            metrics[f"cliff/teacher_{name}"].append(value)
+        self.cliff_teacher_cost.update(
+            requests=cost["requests"],
+            prompt_tokens=cost["prompt_tokens"],
+            completion_tokens=cost["completion_tokens"],
+            teacher_time_s=cost["time_s"],
+            cycle_time_s=cycle_time_s,
+            rounds=1,
+        )
+
+    def _method_card_sections(self) -> str:
+        """The model card's teacher-cost section (the totals of this run, resumed runs included)."""
+        return render_teacher_cost(
+            self.cliff_teacher_cost, getattr(self.teacher, "name", type(self.teacher).__name__)
+        )
+
     # -- checkpointing ------------------------------------------------------------------------------------------------
 
     def _save_checkpoint(self, model, trial):
@@ -385,8 +500,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
         if self.args.should_save:
             folder = checkpoint_folder(self, trial)
             folder.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(folder, (CLIFF_STATE_NAME,))
+            remove_stale_temporaries(folder, (CLIFF_STATE_NAME, TEACHER_COST_NAME))
             write_json_atomically(folder / CLIFF_STATE_NAME, self.cliff_judge.state_dict())
+            write_json_atomically(folder / TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -410,10 +526,27 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, GRPOTrainer):
                 error,
             )
             return
+        self._load_teacher_cost(os.path.join(checkpoint, TEACHER_COST_NAME))
         logger.info(
             "Restored Cliff caches from %s (%d references, %d judgments)",
             path, len(self.cliff_judge.references), len(self.cliff_judge.judgments),
         )  # fmt: skip
+
+    def _model_card_domain(self) -> str:
+        return self.cliff_domain
+
+    def _load_teacher_cost(self, path: str) -> None:
+        """Restore the cost totals; a missing or unreadable file (older checkpoints) restarts them from 0 with a
+        warning: they only feed the metrics and the model card, never training."""
+        try:
+            cost = read_json_file(path, fix="")
+            if not isinstance(cost, dict):
+                raise TypeError(f"{path} does not hold a JSON object")
+            self.cliff_teacher_cost = Counter({key: float(cost.get(key, 0.0)) for key in COST_KEYS})
+        except (ValueError, TypeError) as error:
+            logger.warning(
+                "Teacher cost totals not restored (%s); the model card counts from this resume on.", error
+            )
 
     def close_teacher(self) -> None:
         """Close the teacher's client/model and its event loop."""

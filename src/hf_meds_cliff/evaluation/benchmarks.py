@@ -1,6 +1,9 @@
-"""Benchmark registry: Hub ids, splits and column mappings of the math benchmarks, local files, the toy split.
+"""Benchmark registry: Hub ids, splits and column mappings of the math benchmarks, local files, the toy split;
+the code benchmarks live in :mod:`hf_meds_cliff.evaluation.code_benchmarks` and load through the same
+:func:`load_benchmark`.
 
-Each benchmark loads into a list of :class:`EvalProblem` (id, chat prompt, ground-truth answer).
+Each benchmark loads into a list of :class:`EvalProblem` (id, chat prompt, ground-truth answer, or for code the
+tests).
 Real benchmarks are turned into prompts with the training prompt template (default ``qwen_math``:
 the Qwen-Math instruction as system message, see :func:`hf_meds_cliff.data.build_prompt`); the toy
 world's prompts are used as they are.
@@ -16,23 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import PROMPT_TEMPLATES, build_prompt, prompt_key
-
-
-@dataclass(frozen=True)
-class EvalProblem:
-    """One evaluation problem.
-
-    Attributes:
-        benchmark: the benchmark's name (registry name, or the file stem of a local file).
-        problem_id: stable id (the dataset's id column, else a hash of the problem text).
-        prompt: chat messages given to the model.
-        answer: the ground-truth answer (bare, e.g. ``"\\frac{1}{2}"``).
-    """
-
-    benchmark: str
-    problem_id: str
-    prompt: list[dict[str, str]]
-    answer: str
+from .problem import EvalProblem
 
 
 def _plain_answer(value: Any) -> str:
@@ -141,8 +128,17 @@ LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".cs
 
 
 def known_benchmarks() -> list[str]:
-    """Names accepted by :func:`load_benchmark` (besides local file paths)."""
-    return [TOY_BENCHMARK, *BENCHMARKS]
+    """Names accepted by :func:`load_benchmark` (besides local file paths): math, then code benchmarks."""
+    from .code_benchmarks import CODE_BENCHMARKS
+
+    return [TOY_BENCHMARK, *BENCHMARKS, *CODE_BENCHMARKS]
+
+
+def is_code_benchmark(name: str) -> bool:
+    """Whether a resolved registry name is a code benchmark."""
+    from .code_benchmarks import CODE_BENCHMARKS
+
+    return name in CODE_BENCHMARKS
 
 
 def resolve_benchmark_name(name: str) -> str:
@@ -151,9 +147,11 @@ def resolve_benchmark_name(name: str) -> str:
         raise ValueError(
             f"benchmark={name!r} must be a benchmark name or a file path; known: {known_benchmarks()}."
         )
+    from .code_benchmarks import CODE_ALIASES, CODE_BENCHMARKS
+
     key = re.sub(r"\s+", "", name.lower())
-    key = _ALIASES.get(key, key)
-    if key == TOY_BENCHMARK or key in BENCHMARKS:
+    key = _ALIASES.get(key, CODE_ALIASES.get(key, key))
+    if key == TOY_BENCHMARK or key in BENCHMARKS or key in CODE_BENCHMARKS:
         return key
     if Path(name).suffix in LOCAL_SUFFIXES:
         if not os.path.isfile(name):
@@ -161,7 +159,8 @@ def resolve_benchmark_name(name: str) -> str:
         return name
     raise ValueError(
         f"Unknown benchmark {name!r}. Known benchmarks: {', '.join(known_benchmarks())}; or pass a local "
-        f"{'/'.join(sorted(LOCAL_SUFFIXES))} file with --problem_column/--answer_column."
+        f"{'/'.join(sorted(LOCAL_SUFFIXES))} file with --problem_column/--answer_column (or a code file in the "
+        "LiveCodeBench, CodeContests, DeepCoder, HumanEval or MBPP schema)."
     )
 
 
@@ -226,6 +225,10 @@ def load_benchmark(
     max_problems: int | None = None,
     toy_num_problems: int = 200,
     toy_seed: int = 0,
+    code_prompt_template: str = "code",
+    lcb_version: str = "release_v6",
+    lcb_start_date: str | None = None,
+    lcb_end_date: str | None = None,
 ) -> list[EvalProblem]:
     """Load a benchmark as a list of :class:`EvalProblem`.
 
@@ -240,6 +243,12 @@ def load_benchmark(
             except ``keep``); ignored for ``toy``, whose prompts are used as they are.
         max_problems: keep only the first problems (smoke runs).
         toy_num_problems, toy_seed: size and seed of the toy test split.
+        code_prompt_template: how code problems become prompts
+            (:data:`hf_meds_cliff.data.CODE_PROMPT_TEMPLATES`).
+        lcb_version, lcb_start_date, lcb_end_date: LiveCodeBench's release files and contest-date window
+            (see :func:`hf_meds_cliff.evaluation.code_benchmarks.load_code_benchmark`).
+
+    A local file whose columns match a code schema (and that has no answer column) is a code benchmark.
 
     Raises:
         ValueError: unknown benchmark (listing the known ones), missing columns (naming the flags
@@ -251,7 +260,17 @@ def load_benchmark(
     if max_problems is not None and (not isinstance(max_problems, int) or max_problems < 1):
         raise ValueError(f"max_problems={max_problems!r} must be a positive integer (or None for all).")
     resolved = resolve_benchmark_name(name)
-    if resolved == TOY_BENCHMARK:
+    code_options = {
+        "prompt_template": code_prompt_template,
+        "lcb_version": lcb_version,
+        "start_date": lcb_start_date,
+        "end_date": lcb_end_date,
+    }
+    if is_code_benchmark(resolved):
+        from .code_benchmarks import load_code_benchmark
+
+        problems = load_code_benchmark(resolved, **code_options)
+    elif resolved == TOY_BENCHMARK:
         from ..toy import make_toy_dataset
 
         dataset = make_toy_dataset("test", toy_num_problems, seed=toy_seed)
@@ -275,6 +294,16 @@ def load_benchmark(
         else:
             builder = LOCAL_SUFFIXES[Path(resolved).suffix]
             dataset = datasets.load_dataset(builder, data_files={"test": resolved}, split="test")
+            from .code_benchmarks import detect_code_format
+
+            code_format = detect_code_format(dataset.column_names)
+            if code_format and (answer_column or "answer") not in dataset.column_names:
+                problems = _code_problems_from_file(dataset, resolved, code_format, code_options)
+                if not problems:
+                    raise ValueError(
+                        f"Benchmark {name!r} has no problems (in the date window, if one is set)."
+                    )
+                return problems[:max_problems] if max_problems else problems
             source = f"File {resolved!r}"
             columns = {
                 "problem_column": problem_column or "problem",
@@ -295,5 +324,24 @@ def load_benchmark(
             **columns,
         )
     if not problems:
-        raise ValueError(f"Benchmark {name!r} has no problems with an answer.")
+        raise ValueError(f"Benchmark {name!r} has no problems with an answer (or tests, in the date window).")
     return problems[:max_problems] if max_problems else problems
+
+
+def _code_problems_from_file(
+    dataset, path: str, code_format: str, options: dict[str, Any]
+) -> list[EvalProblem]:
+    from .code_benchmarks import code_problems_from_rows, parse_date
+
+    start, end = (
+        parse_date(options["start_date"], "lcb_start_date"),
+        parse_date(options["end_date"], "lcb_end_date"),
+    )
+    return code_problems_from_rows(
+        dataset,
+        benchmark=benchmark_label(path),
+        row_format=code_format,
+        prompt_template=options["prompt_template"],
+        start_date=start,
+        end_date=end,
+    )

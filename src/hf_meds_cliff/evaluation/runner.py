@@ -5,7 +5,10 @@ Output directory layout:
 - ``samples.jsonl``: one line per sample (``benchmark``, ``problem_id``, ``sample_index``, ``answer``,
   ``completion``, ``extracted``, ``status``, ``correct``, ``num_tokens``, ``truncated``); a problem's
   ``n`` lines are appended together once they are scored, so an interrupted run loses at most the
-  batch in flight.
+  batch in flight. Code samples (see :mod:`hf_meds_cliff.evaluation.code_benchmarks`) have ``status`` one of
+  :data:`CODE_SAMPLE_STATUSES` (the first failing test's verdict, ``no_code`` without a code block), ``extracted``
+  a short hash of the program (so ``distinct_answers_mean`` counts distinct programs), and ``num_passed``,
+  ``num_tests``, ``first_failure`` (index, status, truncated error) and ``isolated``.
 - ``eval_config.json``: the settings that determine the samples; a resumed run must match them.
 - ``summary.json``: per benchmark ``pass@k`` for every k, ``mean@n``, ``maj@n``, answer diversity
   (distinct normalised answers per problem), no-box/timeout/error/truncation fractions, and the
@@ -27,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpointing import read_json_file, write_atomically, write_json_atomically
-from ..data import PROMPT_TEMPLATES
+from ..code import SandboxLimits
+from ..data import CODE_PROMPT_TEMPLATES, PROMPT_TEMPLATES
 from ..rewards import DEFAULT_FLOAT_ROUNDING, DEFAULT_TIMEOUT_SECONDS, MathVerifyPool, check_answers
 from .benchmarks import EvalProblem, known_benchmarks, load_benchmark, resolve_benchmark_name
 from .generation import BACKENDS, GenerationBackend, SamplingSettings, build_backend
@@ -59,7 +63,16 @@ _SAMPLE_DEFINING_FIELDS = (
     "verify_float_rounding",  # scoring settings: the records' verdicts depend on them
     "verify_strict",
     "answer_from_solution",
+    "code_prompt_template",  # code benchmarks: the prompts, and the sandbox settings the verdicts depend on
+    "code_timeout",
+    "code_memory_mb",
+    "code_max_tests",
 )
+
+_SANDBOX_DEFAULTS = SandboxLimits()
+
+NO_CODE = "no_code"
+"""Status of a code sample whose completion has no fenced code block (scored incorrect)."""
 
 
 @dataclass
@@ -111,7 +124,8 @@ class EvalArguments:
     prompt_template: str = field(
         default="qwen_math",
         metadata={
-            "help": "How real benchmark problems become chat prompts (the toy prompts are used as they are).",
+            "help": "How math benchmark problems become chat prompts (the toy prompts are used as they are; code "
+            "benchmarks use --code_prompt_template).",
             "choices": [t for t in PROMPT_TEMPLATES if t != "keep"],
         },
     )
@@ -169,6 +183,45 @@ class EvalArguments:
             "false matches variables by position."
         },
     )
+    code_prompt_template: str = field(
+        default="code",
+        metadata={
+            "help": "How code benchmark problems become chat prompts: `code` (one user message: problem, starter code, "
+            "what to write) or `code_system` (the instruction as system message).",
+            "choices": list(CODE_PROMPT_TEMPLATES),
+        },
+    )
+    code_timeout: float = field(
+        default=_SANDBOX_DEFAULTS.timeout_s,
+        metadata={"help": "Code benchmarks: wall-clock limit per test in seconds (the sandbox's timeout_s)."},
+    )
+    code_memory_mb: int = field(
+        default=_SANDBOX_DEFAULTS.memory_mb,
+        metadata={"help": "Code benchmarks: memory limit of a program in MiB (the sandbox's memory_mb)."},
+    )
+    code_max_tests: int | None = field(
+        default=None,
+        metadata={"help": "Code benchmarks: run at most this many tests per problem (default: all of them)."},
+    )
+    code_workers: int | None = field(
+        default=None, metadata={"help": "Code benchmarks: programs run at once (default: the CPU count)."}
+    )
+    lcb_version: str = field(
+        default="release_v6",
+        metadata={
+            "help": "LiveCodeBench files: release_vN (all problems up to release N), release_latest, vN (only those "
+            "new in release N) or vA_vB."
+        },
+    )
+    lcb_start_date: str | None = field(
+        default=None,
+        metadata={
+            "help": "LiveCodeBench (and files with contest_date): first contest date kept, YYYY-MM-DD."
+        },
+    )
+    lcb_end_date: str | None = field(
+        default=None, metadata={"help": "LiveCodeBench: last contest date kept, YYYY-MM-DD (inclusive)."}
+    )
     overwrite: bool = field(
         default=False, metadata={"help": "Discard earlier results in output_dir instead of resuming."}
     )
@@ -211,6 +264,27 @@ class EvalArguments:
             )
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}.")
+        if self.code_prompt_template not in CODE_PROMPT_TEMPLATES:
+            raise ValueError(
+                f"code_prompt_template={self.code_prompt_template!r} is not one of {CODE_PROMPT_TEMPLATES}."
+            )
+        if not self.code_timeout > 0:
+            raise ValueError(f"code_timeout={self.code_timeout} must be > 0 seconds (the per-test limit).")
+        if not (isinstance(self.code_memory_mb, int) and self.code_memory_mb >= 64):
+            raise ValueError(f"code_memory_mb={self.code_memory_mb!r} must be an integer >= 64 (MiB).")
+        for name in ("code_max_tests", "code_workers"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r} must be a positive integer (or unset).")
+        from .code_benchmarks import livecodebench_files, parse_date
+
+        livecodebench_files(self.lcb_version)  # validates the tag
+        start = parse_date(self.lcb_start_date, "lcb_start_date")
+        end = parse_date(self.lcb_end_date, "lcb_end_date")
+        if start and end and start > end:
+            raise ValueError(
+                f"lcb_start_date={self.lcb_start_date} is after lcb_end_date={self.lcb_end_date}."
+            )
         if self.model_name_or_path == TOY_MODEL:
             return
         model_path = Path(self.model_name_or_path)
@@ -272,10 +346,27 @@ def read_completed(path: Path, num_samples: int) -> dict[tuple[str, str], list[d
     return complete
 
 
+def _holds_samples(path: Path) -> bool:
+    """Whether the JSONL at ``path`` has at least one readable sample record."""
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and "sample_index" in record:
+                return True
+    return False
+
+
 def _check_resume_config(output_dir: Path, args: EvalArguments) -> None:
     config_path = output_dir / CONFIG_FILE
     current = {name: getattr(args, name) for name in _SAMPLE_DEFINING_FIELDS}
-    if config_path.exists():
+    # A folder without a single sample (e.g. a run that failed to load its model) holds nothing to protect:
+    # its settings are re-recorded instead of refusing the corrected command.
+    if config_path.exists() and _holds_samples(output_dir / SAMPLES_FILE):
         previous = read_json_file(
             config_path,
             f"Delete it to re-record the current settings, or pass --overwrite to discard {output_dir}.",
@@ -308,6 +399,93 @@ def _rewrite_complete(path: Path, completed: dict[tuple[str, str], list[dict[str
 
 
 def _score(
+    problems: Sequence[EvalProblem], samples, pool: MathVerifyPool | None, args: EvalArguments
+) -> list[list[dict[str, Any]]]:
+    """Per problem, its samples' records: math problems through math-verify, code problems through the sandbox."""
+    code_indices = [i for i, p in enumerate(problems) if p.domain == "code"]
+    math_indices = [i for i, p in enumerate(problems) if p.domain != "code"]
+    scored: list[list[dict[str, Any]] | None] = [None] * len(problems)
+    if math_indices:
+        math_scored = _score_math(
+            [problems[i] for i in math_indices], [samples[i] for i in math_indices], pool, args
+        )
+        for i, records in zip(math_indices, math_scored):
+            scored[i] = records
+    if code_indices:
+        code_scored = _score_code(
+            [problems[i] for i in code_indices], [samples[i] for i in code_indices], args
+        )
+        for i, records in zip(code_indices, code_scored):
+            scored[i] = records
+    return scored
+
+
+def code_limits(args: EvalArguments):
+    """The sandbox limits of a code evaluation (:class:`hf_meds_cliff.code.SandboxLimits`)."""
+    return SandboxLimits(timeout_s=args.code_timeout, memory_mb=args.code_memory_mb)
+
+
+def _program_hash(program: str) -> str:
+    return "program:" + hashlib.blake2b(program.strip().encode("utf-8"), digest_size=6).hexdigest()
+
+
+_ERROR_CHARS = 500
+
+
+def _score_code(problems: Sequence[EvalProblem], samples, args: EvalArguments) -> list[list[dict[str, Any]]]:
+    from ..code import run_tests_batch
+    from .code_benchmarks import program_for
+
+    programs = [program_for(p, s.text) for p, group in zip(problems, samples) for s in group]
+    tests = [p.tests for p, group in zip(problems, samples) for _ in group]
+    results = iter(
+        run_tests_batch(
+            list(zip(programs, tests)),
+            max_workers=args.code_workers,
+            limits=code_limits(args),
+            max_tests=args.code_max_tests,
+        )
+    )
+    programs_iter = iter(programs)
+    scored = []
+    for problem, group in zip(problems, samples):
+        records = []
+        for index, sample in enumerate(group):
+            result, program = next(results), next(programs_iter)
+            failure = result.first_failure
+            if program is None:
+                status = NO_CODE
+            else:
+                status = "passed" if result.passed else (failure.status if failure else "sandbox_error")
+            records.append(
+                {
+                    "benchmark": problem.benchmark,
+                    "problem_id": problem.problem_id,
+                    "sample_index": index,
+                    "answer": problem.answer,
+                    "completion": sample.text,
+                    "extracted": _program_hash(program) if program is not None else None,
+                    "status": status,
+                    "correct": bool(program is not None and result.passed),
+                    "num_tokens": sample.num_tokens,
+                    "truncated": sample.truncated,
+                    "num_passed": result.num_passed,
+                    "num_tests": result.num_tests,
+                    "first_failure": None
+                    if failure is None
+                    else {
+                        "index": failure.index,
+                        "status": failure.status,
+                        "error": (failure.error or "")[:_ERROR_CHARS] or None,
+                    },
+                    "isolated": result.isolated,
+                }
+            )
+        scored.append(records)
+    return scored
+
+
+def _score_math(
     problems: Sequence[EvalProblem], samples, pool: MathVerifyPool, args: EvalArguments
 ) -> list[list[dict[str, Any]]]:
     completions = [s.text for group in samples for s in group]
@@ -345,6 +523,26 @@ def _score(
     return scored
 
 
+def _load_backend(args: EvalArguments) -> GenerationBackend:
+    """The generation backend for ``args``; a model that cannot be loaded (a Hub id offline, a folder without
+    weights) is an ``OSError`` that names ``--model_name_or_path``."""
+    try:
+        return build_backend(
+            args.backend,
+            resolve_model_path(args),
+            adapter_path=args.adapter_path,
+            tokenizer_name_or_path=args.tokenizer_name_or_path,
+            batch_size=args.batch_size,
+            dtype=args.dtype,
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_model_len=args.max_model_len,
+            chat_template_kwargs=json.loads(args.chat_template_kwargs) if args.chat_template_kwargs else None,
+        )
+    except OSError as error:
+        raise OSError(f"could not load --model_name_or_path {args.model_name_or_path!r}: {error}") from error
+
+
 def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None) -> dict[str, Any]:
     """Evaluate ``args.model_name_or_path`` on ``args.benchmarks`` and write the outputs; returns the summary.
 
@@ -353,6 +551,10 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         backend: a ready generation backend (default: built from ``args``); tests pass scripted ones.
     """
     output_dir = Path(args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(
+            f"--output_dir {output_dir} is a file, not a folder; pass a folder (created if missing)."
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     samples_path = output_dir / SAMPLES_FILE
     if args.overwrite:
@@ -373,6 +575,10 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
                 max_problems=args.max_problems,
                 toy_num_problems=args.toy_num_problems,
                 toy_seed=args.toy_seed,
+                code_prompt_template=args.code_prompt_template,
+                lcb_version=args.lcb_version,
+                lcb_start_date=args.lcb_start_date,
+                lcb_end_date=args.lcb_end_date,
             )
         )
     completed = read_completed(samples_path, args.num_samples)
@@ -388,21 +594,9 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
     settings = SamplingSettings(args.num_samples, args.temperature, args.top_p, args.max_new_tokens)
     if pending:
         if backend is None:
-            backend = build_backend(
-                args.backend,
-                resolve_model_path(args),
-                adapter_path=args.adapter_path,
-                tokenizer_name_or_path=args.tokenizer_name_or_path,
-                batch_size=args.batch_size,
-                dtype=args.dtype,
-                tensor_parallel_size=args.tensor_parallel_size,
-                gpu_memory_utilization=args.gpu_memory_utilization,
-                max_model_len=args.max_model_len,
-                chat_template_kwargs=json.loads(args.chat_template_kwargs)
-                if args.chat_template_kwargs
-                else None,
-            )
-        pool = MathVerifyPool(num_workers=args.verify_workers)
+            backend = _load_backend(args)
+        needs_math = any(p.domain != "code" for p in pending)
+        pool = MathVerifyPool(num_workers=args.verify_workers) if needs_math else None
         from tqdm.auto import tqdm
 
         step = backend.problems_per_call(args.num_samples)
@@ -434,8 +628,9 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
                     handle.flush()
                     progress.update(len(chunk) * args.num_samples)
         finally:
-            pool.close()
-            if pool.timeouts or pool.fallbacks:
+            if pool is not None:
+                pool.close()
+            if pool is not None and (pool.timeouts or pool.fallbacks):
                 logger.warning(
                     "math-verify: %d timeouts, %d thread fallbacks.", pool.timeouts, pool.fallbacks
                 )
@@ -456,6 +651,16 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
             "max_new_tokens": args.max_new_tokens,
             "prompt_template": args.prompt_template,
             "backend": backend.name if backend is not None else None,
+            **(
+                {
+                    "code_prompt_template": args.code_prompt_template,
+                    "code_timeout": args.code_timeout,
+                    "code_memory_mb": args.code_memory_mb,
+                    "code_max_tests": args.code_max_tests,
+                }
+                if any(p.domain == "code" for p in problems)
+                else {}
+            ),
         },
         "benchmarks": benchmarks,
     }

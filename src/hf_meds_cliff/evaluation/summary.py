@@ -11,6 +11,20 @@ import numpy as np
 from ..rewards import check_answers
 from .estimators import distinct_answers, maj_at_n, mean_at_n, pass_at_k
 
+MATH_STATUS_FRACTIONS = ("no_boxed", "timeout", "error")
+"""Math sample statuses whose share is reported (``<status>_fraction``)."""
+
+CODE_STATUS_FRACTIONS = (
+    "no_code",
+    "wrong_answer",
+    "time_limit",
+    "memory_limit",
+    "runtime_error",
+    "compile_error",
+    "sandbox_error",
+)
+"""Code sample statuses whose share is reported: no code block, then the first failing test's verdict."""
+
 
 def default_k_values(num_samples: int) -> list[int]:
     """Powers of two up to ``num_samples``, plus ``num_samples`` itself (the paper: 1, 2, 4, ..., 128).
@@ -74,7 +88,8 @@ def summarize_groups(
     if statuses is not None:
         flat = collections.Counter(s for problem in statuses for s in problem)
         total = sum(flat.values())
-        for status in ("no_boxed", "timeout", "error"):
+        is_code = any(status in CODE_STATUS_FRACTIONS or status == "passed" for status in flat)
+        for status in CODE_STATUS_FRACTIONS if is_code else MATH_STATUS_FRACTIONS:
             summary[f"{status}_fraction"] = flat[status] / total
     return summary
 
@@ -104,6 +119,8 @@ def summarize_records(
             summary["mean_completion_tokens"] = float(np.mean([r["num_tokens"] for r in flat]))
         if all("truncated" in r for r in flat):
             summary["truncated_fraction"] = float(np.mean([bool(r["truncated"]) for r in flat]))
+        if all("isolated" in r for r in flat):  # code: programs run with namespace isolation in force
+            summary["isolated_fraction"] = float(np.mean([bool(r["isolated"]) for r in flat]))
         summaries[benchmark] = summary
     return summaries
 

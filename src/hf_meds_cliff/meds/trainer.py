@@ -14,7 +14,8 @@ from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
 
 from .._activation_checkpointing import activation_checkpointing_disabled
-from ..checkpointing import checkpoint_folder
+from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
+from ..cliff.code_domain import is_code_reward
 from ..cliff.protocol import problem_text
 from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
@@ -61,7 +62,15 @@ class MEDSPenaltyReward:
         return [None] * len(completions)
 
 
-class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
+_MEDS_ON_CODE_MESSAGE = (
+    "MEDS cannot shape code rollouts ({found}): its feature is the model's layer logits at the first token of the "
+    "final answer (the '{{' of the last \\boxed{{), and a program has no such token, so every rollout would go "
+    "without a feature and MEDS would silently be plain GRPO. For code, train with Cliff (`hf-meds-cliff cliff`, "
+    "CliffGRPOTrainer with hf_meds_cliff.code.CodeTestsReward), or with plain GRPO (`hf-meds-cliff grpo`)."
+)
+
+
+class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafetyMixin, GRPOTrainer):
     """GRPO with MEDS reward shaping (memory of past mistakes per prompt, penalised by cluster size).
 
     Every GRPO option keeps working (loss types, ``scale_rewards``, ``num_iterations``, LoRA, vLLM,
@@ -89,11 +98,19 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
       has it) and restore it on resume; a checkpoint without a valid memory is an error unless
       ``meds_allow_empty_memory_on_resume``.
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
+    * ``train``, ``_save``, ``_push_from_checkpoint`` (from :class:`~hf_meds_cliff.checkpointing.CheckpointSafetyMixin`):
+      ``train(resume_from_checkpoint=True)`` resumes from the newest *complete* checkpoint, skipping (and naming)
+      incomplete ones, as the scripts do; ``training_args.bin`` is written without ``hub_token`` or other secrets.
     * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
       with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
       reward. As in the reference, only the rows the filter and the batch trim keep enter the memory (and are
       shaped); ``meds_memory_scope="all"`` memorises every generation round (``meds/num_not_memorised`` counts
       the featured rows left out).
+
+    Code: MEDS's feature is the first token of the final answer (``\\boxed{``), which a program does not have. The
+    trainer refuses a :class:`~hf_meds_cliff.code.CodeTestsReward` as the correctness reward at start-up, and stops
+    on the first training batch when its rows carry a ``tests`` column and none of its rollouts has an answer
+    token, rather than run with no features (no shaping at all). Use Cliff for code.
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "meds", "hf-meds-cliff"]
@@ -133,6 +150,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
             raise ValueError(
                 f"meds_correctness_reward_index={args.meds_correctness_reward_index} but only {len(user_funcs)} "
                 "reward function(s) were given; point it at the verifiable correctness reward."
+            )
+        if is_code_reward(user_funcs[args.meds_correctness_reward_index]):
+            raise ValueError(
+                _MEDS_ON_CODE_MESSAGE.format(found="the correctness reward is a CodeTestsReward")
             )
         user_weights = args.reward_weights
         if user_weights is not None and len(user_weights) != len(user_funcs):
@@ -406,6 +427,18 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, GRPOTrainer):
         keys = gather_object(keys_local)
         snippet_texts = self._meds_snippet_texts(completion_ids_list)
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
+        if (
+            not self._meds_correctness_checked
+            and not bool(has_feature.any())
+            and inputs
+            and "tests" in inputs[0]
+        ):
+            raise ValueError(
+                _MEDS_ON_CODE_MESSAGE.format(
+                    found=f"the training rows have a 'tests' column and none of the first batch's {len(keys)} "
+                    "rollouts has an answer token"
+                )
+            )
         self._meds_check_correctness(correctness_reward)
         scored = has_feature & ~torch.isnan(correctness_reward)
         # Reference parity: under dynamic sampling only the rows DAPO's filter and batch trim keep are memorised.

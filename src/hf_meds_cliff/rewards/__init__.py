@@ -17,6 +17,7 @@ from .extraction import (
 )
 from .functions import MathAnswerReward, OverlongPenaltyReward
 from .verifier import (
+    DEFAULT_BATCH_TIMEOUT,
     DEFAULT_FLOAT_ROUNDING,
     DEFAULT_MAX_ANSWER_CHARS,
     DEFAULT_MAX_ANSWER_DEPTH,
@@ -24,6 +25,7 @@ from .verifier import (
     STATUSES,
     AnswerCheck,
     MathVerifyPool,
+    ScaledBatchTimeout,
     answer_refused,
     check_answer,
     check_answers,
@@ -33,6 +35,7 @@ from .verifier import (
 )
 
 __all__ = [
+    "DEFAULT_BATCH_TIMEOUT",
     "DEFAULT_FLOAT_ROUNDING",
     "DEFAULT_MAX_ANSWER_CHARS",
     "DEFAULT_MAX_ANSWER_DEPTH",
@@ -42,6 +45,7 @@ __all__ = [
     "MathAnswerReward",
     "MathVerifyPool",
     "OverlongPenaltyReward",
+    "ScaledBatchTimeout",
     "answer_refused",
     "canonical_integer",
     "check_answer",

@@ -7,18 +7,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .verifier import (
+    DEFAULT_BATCH_TIMEOUT,
     DEFAULT_FLOAT_ROUNDING,
     DEFAULT_MAX_ANSWER_CHARS,
     DEFAULT_MAX_ANSWER_DEPTH,
     DEFAULT_TIMEOUT_SECONDS,
     STATUSES,
+    ScaledBatchTimeout,
     _positive_int,
+    _validate_batch_timeout,
     _validate_settings,
     check_answers,
 )
-
-DEFAULT_BATCH_TIMEOUT_SECONDS = 120.0
-""":class:`MathAnswerReward`'s default bound on the math-verify work of one batch of completions."""
 
 
 class MathAnswerReward:
@@ -38,8 +38,13 @@ class MathAnswerReward:
     Args:
         answer_column: the dataset column holding the reference answer.
         timeout_seconds: per-answer bound on math-verify.
-        batch_timeout_seconds: bound on the math-verify work of one call (one generation batch); the
-            answers not verified by then score 0.0 as timeouts. ``None``: no bound.
+        batch_timeout_seconds: bound on the math-verify work of one call (one generation batch on this
+            process); the answers not verified by then score 0.0 as timeouts. By default it scales with the
+            answers that actually go to math-verify: 120 s + 1 s per answer
+            (:data:`~hf_meds_cliff.rewards.DEFAULT_BATCH_TIMEOUT`; answers settled by the exact shortcuts,
+            refused, unboxed, repeated or remembered from an earlier call do not count). A number is a fixed
+            budget in seconds (the explicit override), ``ScaledBatchTimeout(base_seconds,
+            seconds_per_answer)`` another scale, ``None`` no bound.
         float_rounding: math-verify's ``float_rounding`` (decimal places floats are rounded to; its
             default 6).
         strict: math-verify's strict mode (its default True): variables matter and sets are not
@@ -62,7 +67,7 @@ class MathAnswerReward:
         answer_column: str = "answer",
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         *,
-        batch_timeout_seconds: float | None = DEFAULT_BATCH_TIMEOUT_SECONDS,
+        batch_timeout_seconds: float | ScaledBatchTimeout | None = DEFAULT_BATCH_TIMEOUT,
         float_rounding: int = DEFAULT_FLOAT_ROUNDING,
         strict: bool = True,
         max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
@@ -72,17 +77,17 @@ class MathAnswerReward:
             raise ValueError(f"answer_column={answer_column!r} must name a dataset column, e.g. 'answer'.")
         if not timeout_seconds > 0:
             raise ValueError(f"timeout_seconds={timeout_seconds!r} must be a positive number of seconds.")
-        if batch_timeout_seconds is not None and not batch_timeout_seconds > 0:
-            raise ValueError(
-                f"batch_timeout_seconds={batch_timeout_seconds!r} must be a positive number of seconds, "
-                "or None for no bound."
-            )
+        _validate_batch_timeout(batch_timeout_seconds, "batch_timeout_seconds")
         _validate_settings(float_rounding, strict)
         _positive_int("max_answer_chars", max_answer_chars)
         _positive_int("max_answer_depth", max_answer_depth)
         self.answer_column = answer_column
         self.timeout_seconds = float(timeout_seconds)
-        self.batch_timeout_seconds = None if batch_timeout_seconds is None else float(batch_timeout_seconds)
+        self.batch_timeout_seconds = (
+            float(batch_timeout_seconds)
+            if isinstance(batch_timeout_seconds, (int, float))
+            else batch_timeout_seconds
+        )
         self.float_rounding = float_rounding
         self.strict = strict
         self.max_answer_chars = max_answer_chars

@@ -27,7 +27,9 @@ So the verification runs with math-verify's own timeouts disabled in separate wo
 a worker that misses its per-answer deadline is killed and replaced: the answer scores as
 ``"timeout"`` (not correct), the caller never hangs, and the other answers of the batch go on. An
 optional per-batch budget (``batch_timeout``) bounds a whole call: answers not verified when it runs
-out score ``"timeout"`` too (``MathVerifyPool.budget_timeouts`` counts them). Identical
+out score ``"timeout"`` too (``MathVerifyPool.budget_timeouts`` counts them). The budget is a fixed number
+of seconds or a :class:`ScaledBatchTimeout`, which grows with the number of answers that actually go to
+math-verify in that call (after the exact shortcuts, the cap and the cache). Identical
 ``(ground truth, answer, settings)`` pairs are verified once per batch and remembered (a bounded
 cache of definite verdicts; timeouts are not remembered).
 
@@ -63,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..data import completion_text
+from ..text import completion_text
 from .extraction import canonical_integer, extract_final_boxes, nesting_depth, strip_math_delimiters
 
 logger = logging.getLogger(__name__)
@@ -112,6 +114,74 @@ def _validate_settings(float_rounding: Any, strict: Any) -> None:
         )
     if not isinstance(strict, bool):
         raise TypeError(f"strict={strict!r} must be True or False (math-verify's default is True).")
+
+
+@dataclass(frozen=True)
+class ScaledBatchTimeout:
+    """A per-call budget that grows with the work: ``base_seconds + seconds_per_answer * n`` seconds, where
+    ``n`` is the number of answers of the call that actually go to math-verify (not those settled by the
+    integer or written-out shortcuts, refused by the cap, without a box, or answered by the cache or by an
+    identical answer of the same call).
+
+    The defaults (:data:`DEFAULT_BATCH_TIMEOUT`): 120 s, the old fixed budget, which also covers starting the
+    workers (importing sympy in fresh processes on a loaded machine), plus 1 s per answer, about eight times
+    the 0.12 s per answer that ``check_answers`` took with 2 workers on a loaded 2-core machine
+    (``docs/answer_checking.md``). So a large per-rank batch of slow answers is not cut by a constant, while a
+    batch of pathological answers still stops long before ``timeout x answers / workers``.
+
+    >>> ScaledBatchTimeout(base_seconds=10, seconds_per_answer=0.5).seconds(4)
+    12.0
+    >>> DEFAULT_BATCH_TIMEOUT.seconds(0), DEFAULT_BATCH_TIMEOUT.seconds(512)
+    (120.0, 632.0)
+    """
+
+    base_seconds: float = 120.0
+    seconds_per_answer: float = 1.0
+
+    def __post_init__(self):
+        for name in ("base_seconds", "seconds_per_answer"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"ScaledBatchTimeout({name}={value!r}): must be a number of seconds >= 0.")
+        if not self.base_seconds + self.seconds_per_answer > 0:
+            raise ValueError(
+                f"ScaledBatchTimeout(base_seconds={self.base_seconds!r}, seconds_per_answer="
+                f"{self.seconds_per_answer!r}) allows no time at all; make one of them positive."
+            )
+
+    def seconds(self, num_answers: int) -> float:
+        """The budget of a call that sends ``num_answers`` answers to math-verify."""
+        return float(self.base_seconds + self.seconds_per_answer * num_answers)
+
+
+DEFAULT_BATCH_TIMEOUT = ScaledBatchTimeout()
+"""The default per-call budget of :class:`~hf_meds_cliff.rewards.MathAnswerReward`: 120 s + 1 s per answer
+verified by math-verify."""
+
+
+def _batch_timeout_seconds(
+    batch_timeout: float | ScaledBatchTimeout | None, num_answers: int
+) -> float | None:
+    """The budget in seconds of a call sending ``num_answers`` answers to math-verify (``None``: no bound)."""
+    if batch_timeout is None:
+        return None
+    if isinstance(batch_timeout, ScaledBatchTimeout):
+        return batch_timeout.seconds(num_answers)
+    return float(batch_timeout)
+
+
+def _validate_batch_timeout(batch_timeout: Any, name: str = "batch_timeout") -> None:
+    if batch_timeout is None or isinstance(batch_timeout, ScaledBatchTimeout):
+        return
+    if (
+        isinstance(batch_timeout, bool)
+        or not isinstance(batch_timeout, (int, float))
+        or not batch_timeout > 0
+    ):
+        raise ValueError(
+            f"{name}={batch_timeout!r} must be a positive number of seconds (a fixed budget), a "
+            "ScaledBatchTimeout (a budget that grows with the answers verified) or None (no bound)."
+        )
 
 
 def math_verify_equal(
@@ -339,22 +409,22 @@ class MathVerifyPool:
         *,
         float_rounding: int = DEFAULT_FLOAT_ROUNDING,
         strict: bool = True,
-        batch_timeout: float | None = None,
+        batch_timeout: float | ScaledBatchTimeout | None = None,
     ) -> list[str]:
         """Status (``correct``/``wrong``/``timeout``/``error``) of each ``(ground_truth, prediction)``.
 
         ``timeout`` bounds each answer's verification from the moment a worker receives it;
-        ``batch_timeout`` (optional) bounds the whole call: what is not verified by then is
-        ``timeout``. ``float_rounding`` and ``strict`` are math-verify's settings.
+        ``batch_timeout`` (optional) bounds the whole call, counted from its start: what is not verified by
+        then is ``timeout``. A :class:`ScaledBatchTimeout` is sized by the answers that reach a worker (the
+        distinct pairs not in the cache). ``float_rounding`` and ``strict`` are math-verify's settings.
         """
         if not timeout > 0:
             raise ValueError(f"timeout={timeout!r} must be a positive number of seconds.")
-        if batch_timeout is not None and not batch_timeout > 0:
-            raise ValueError(f"batch_timeout={batch_timeout!r} must be a positive number of seconds or None.")
+        _validate_batch_timeout(batch_timeout)
         _validate_settings(float_rounding, strict)
         if not pairs:
             return []
-        deadline = None if batch_timeout is None else time.monotonic() + batch_timeout
+        started = time.monotonic()
         requests = [(str(gold), str(pred), float_rounding, strict) for gold, pred in pairs]
         with self._lock:
             statuses: dict[_Request, str] = {}
@@ -365,6 +435,8 @@ class MathVerifyPool:
             unique = list(dict.fromkeys(request for request in requests if request not in statuses))
             self.cache_hits += len(requests) - len(unique)  # answers not sent to a worker
             if unique:
+                budget = _batch_timeout_seconds(batch_timeout, len(unique))
+                deadline = None if budget is None else started + budget
                 for request, status in zip(unique, self._verify_unique(unique, timeout, deadline)):
                     statuses[request] = status
                     if status in _CACHED_STATUSES:
@@ -581,7 +653,7 @@ def check_answers(
     pool: MathVerifyPool | None = None,
     float_rounding: int = DEFAULT_FLOAT_ROUNDING,
     strict: bool = True,
-    batch_timeout: float | None = None,
+    batch_timeout: float | ScaledBatchTimeout | None = None,
     max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS,
     max_answer_depth: int = DEFAULT_MAX_ANSWER_DEPTH,
 ) -> list[AnswerCheck]:
@@ -594,8 +666,9 @@ def check_answers(
         pool: the worker pool (default: :func:`default_pool`).
         float_rounding: math-verify's ``float_rounding`` (decimal places; default 6, its own).
         strict: math-verify's strict mode (default True, its own): variables matter, sets are not tuples.
-        batch_timeout: optional bound in seconds on the math-verify work of the whole batch; the
-            answers not verified by then score ``"timeout"``.
+        batch_timeout: optional bound on the math-verify work of the whole batch, in seconds or as a
+            :class:`ScaledBatchTimeout` (sized by the answers that go to math-verify); the answers not
+            verified by then score ``"timeout"``.
         max_answer_chars: longer answers score ``"refused"`` (raised to the ground truth's length).
         max_answer_depth: more deeply nested answers score ``"refused"`` (raised to the ground truth's).
 
@@ -607,6 +680,7 @@ def check_answers(
             f"Got {len(completions)} completions but {len(ground_truths)} ground truths; pass one answer per completion."
         )
     _validate_settings(float_rounding, strict)
+    _validate_batch_timeout(batch_timeout)
     _positive_int("max_answer_chars", max_answer_chars)
     _positive_int("max_answer_depth", max_answer_depth)
     checks: list[AnswerCheck | None] = [None] * len(completions)

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 
 from transformers import HfArgumentParser
 
+from hf_meds_cliff.errors import parse_dataclass_args, run_dataclass_command
 from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, run_evaluation
+from hf_meds_cliff.script_utils import reword_negated_flags
 
 logger = logging.getLogger("eval_passk")
 
@@ -21,12 +23,12 @@ def make_parser(prog: str | None = None) -> HfArgumentParser:
     parser = HfArgumentParser(EvalArguments)
     if prog is not None:
         parser.prog = prog
-    return parser
+    return reword_negated_flags(parser)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> EvalArguments:
-    (eval_args,) = make_parser().parse_args_into_dataclasses(args=None if argv is None else list(argv))
-    return eval_args
+def parse_args(argv: Sequence[str] | None = None, parser: HfArgumentParser | None = None) -> EvalArguments:
+    """``EvalArguments`` from ``argv`` (default ``sys.argv[1:]``); an unknown flag is an argparse usage error."""
+    return parse_dataclass_args(parser or make_parser(), argv)
 
 
 def main(args: EvalArguments) -> dict | None:
@@ -53,6 +55,11 @@ def configure_logging() -> None:
     )
 
 
+def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """The entry point of the script and of ``hf-meds-cliff eval``; returns the exit status. Errors are one line
+    on stderr (see :func:`hf_meds_cliff.errors.run_reporting_errors`)."""
+    return run_dataclass_command("eval", make_parser(prog=prog), main, argv, before_main=configure_logging)
+
+
 if __name__ == "__main__":
-    configure_logging()
-    main(parse_args())
+    raise SystemExit(run())

@@ -1,7 +1,8 @@
 """Cliff training: ``scripts/train_cliff.py`` and ``hf-meds-cliff cliff`` (usage in that script).
 
 Trains :class:`~hf_meds_cliff.cliff.CliffGRPOTrainer`; ``--teacher_base_url/--teacher_model`` are shorthands
-for an HTTP teacher. No arguments = the toy world on CPU with the exact rule-based teacher.
+for an HTTP teacher. No arguments = the toy world on CPU with the exact rule-based teacher; ``--domain code`` alone = the
+code world (stdin programs, sandboxed test reward, the rule teacher locating the first wrong program line).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 from hf_meds_cliff.cliff.config import CliffConfig
 from hf_meds_cliff.cliff.trainer import CliffGRPOTrainer
-from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_training
+from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_script, run_training
 
 METHOD = "cliff"
 
@@ -70,4 +71,4 @@ def main(script_args, training_args, model_args, teacher_args=None):
 
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    raise SystemExit(run_script(METHOD, main, parse_args))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hf_meds_cliff.dapo import DAPOConfig, DAPOTrainer
-from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_training
+from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_script, run_training
 
 METHOD = "grpo"
 
@@ -29,4 +29,4 @@ def main(script_args, training_args, model_args):
 
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    raise SystemExit(run_script(METHOD, main, parse_args))

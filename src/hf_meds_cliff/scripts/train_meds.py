@@ -14,7 +14,7 @@ from typing import Any
 
 from hf_meds_cliff.meds.config import MEDSConfig
 from hf_meds_cliff.meds.trainer import MEMORY_DIRNAME, MEDSGRPOTrainer
-from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_training
+from hf_meds_cliff.script_utils import build_parser, parse_script_args, run_script, run_training
 
 logger = logging.getLogger(__name__)
 
@@ -92,4 +92,4 @@ def main(script_args, training_args, model_args):
 
 
 if __name__ == "__main__":
-    main(*parse_args()).end()
+    raise SystemExit(run_script(METHOD, main, parse_args))

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..cliff.sentences import split_sentences
-from ..data import completion_text
+from ..text import completion_text
 from .task import ToyProblem, parse_question
 
 _STEP_PATTERN = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)\s*\.?")

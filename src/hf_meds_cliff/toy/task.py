@@ -156,8 +156,10 @@ def _steps(first_operand: int, operations: tuple[tuple[str, int], ...]) -> tuple
     return tuple(steps)
 
 
-def format_chain(first_operand: int, operations: tuple[tuple[str, int], ...]) -> str:
+def format_chain(first_operand: int | str, operations: tuple[tuple[str, int | str], ...]) -> str:
     """Write a left-to-right chain with brackets only where precedence would differ.
+
+    Operands are integers or variable names (the code world's symbolic inputs, e.g. ``a``).
 
     >>> format_chain(7, (("*", 3), ("+", 5)))
     '7 * 3 + 5'
@@ -165,6 +167,8 @@ def format_chain(first_operand: int, operations: tuple[tuple[str, int], ...]) ->
     '(7 + 5 - 2) * 3 * 2'
     >>> format_chain(7, (("-", 5), ("*", 3), ("+", 1), ("*", 2)))
     '((7 - 5) * 3 + 1) * 2'
+    >>> format_chain("a", (("+", "b"), ("*", 3)))
+    '(a + b) * 3'
     """
     text = _format_int(first_operand)
     top_precedence = 3  # a bare number binds tighter than any operator
@@ -176,8 +180,8 @@ def format_chain(first_operand: int, operations: tuple[tuple[str, int], ...]) ->
     return text
 
 
-def _format_int(value: int) -> str:
-    return str(value) if value >= 0 else f"({value})"
+def _format_int(value: int | str) -> str:
+    return str(value) if isinstance(value, str) or value >= 0 else f"({value})"
 
 
 def generate_problem(rng: random.Random | Any, config: ToyTaskConfig | None = None) -> ToyProblem:
@@ -218,7 +222,7 @@ def _randint_function(rng: Any):
 # Parsing a question back into its chain (the rule-based teacher only sees the prompt text).
 
 _QUESTION_PATTERN = re.compile(r"Compute\s+(?P<expr>[-+*()\d\s]+)")
-_TOKEN_PATTERN = re.compile(r"\s*(\d+|[-+*()])")
+_TOKEN_PATTERN = re.compile(r"\s*(\d+|[A-Za-z_]\w*|[-+*()])")
 
 
 def parse_question(question: str) -> ToyProblem:
@@ -317,14 +321,20 @@ class _ExpressionParser:
             self._fail("unary minus is only supported on a number")
         if token.isdigit():
             return int(token)
+        if (
+            token.isidentifier()
+        ):  # a symbolic input of the code world (toy questions never reach here with one)
+            return token
         self._fail(f"unexpected {token!r}")
 
 
-def _chain_from_tree(tree, question: str) -> tuple[int, list[tuple[str, int]]]:
-    operations: list[tuple[str, int]] = []
-    while not isinstance(tree, int):
+def _chain_from_tree(tree, question: str) -> tuple[int | str, list[tuple[str, int | str]]]:
+    """The left-to-right chain ``(first operand, [(op, operand), ...])`` of a parse tree; operands are integer
+    literals or (code world) variable names."""
+    operations: list[tuple[str, int | str]] = []
+    while isinstance(tree, tuple):
         op, left, right = tree
-        if not isinstance(right, int):
+        if isinstance(right, tuple):
             raise ValueError(  # noqa: TRY004 - a malformed question (a str), not a wrong argument type
                 f"Question {question!r:.120} is not a left-to-right chain (a right operand is itself an "
                 "expression); toy questions apply one integer per step, e.g. 'Compute (2 + 3) * 4.'"

@@ -14,6 +14,7 @@ The chat template is Qwen-like (``<|im_start|>role\\n...<|im_end|>\\n``) with ``
 from __future__ import annotations
 
 import string
+from collections.abc import Sequence
 from pathlib import Path
 
 TOKENIZER_VERSION = 1
@@ -38,13 +39,18 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_toy_tokenizer(save_directory: str | Path | None = None):
+def build_toy_tokenizer(
+    save_directory: str | Path | None = None, *, word_tokens: Sequence[str] = WORD_TOKENS
+):
     """Build the toy tokenizer as a ``PreTrainedTokenizerFast`` (left padding, pad and eos set).
 
     Args:
         save_directory: when given, the tokenizer is also saved there and can be reloaded with
             ``AutoTokenizer.from_pretrained(save_directory)``; set ``padding_side = "left"`` after
             loading, since the saved file does not keep it reliably.
+        word_tokens: the multi-character tokens (default :data:`WORD_TOKENS`; the code world passes its own
+            list, see :data:`hf_meds_cliff.toy.code_world.CODE_WORD_TOKENS`). None may contain a line break, so a
+            token never straddles two lines (or two code units).
 
     >>> tok = build_toy_tokenizer()
     >>> text = "7 + 5 = 12. The answer is \\\\boxed{12}."
@@ -54,12 +60,19 @@ def build_toy_tokenizer(save_directory: str | Path | None = None):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS + WORD_TOKENS + CHARACTERS)}
+    word_tokens = tuple(dict.fromkeys(word_tokens))
+    bad = [t for t in word_tokens if len(t) < 2 or "\n" in t or t in SPECIAL_TOKENS]
+    if bad:
+        raise ValueError(
+            f"word_tokens {bad!r} are not multi-character tokens without a line break (or clash with a special "
+            "token); drop them."
+        )
+    vocabulary = {token: index for index, token in enumerate(SPECIAL_TOKENS + word_tokens + CHARACTERS)}
     backend = Tokenizer(models.WordLevel(vocab=vocabulary, unk_token=UNK_TOKEN))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     backend.decoder = decoders.Fuse()
     backend.add_special_tokens(list(SPECIAL_TOKENS))
-    backend.add_tokens(list(WORD_TOKENS))
+    backend.add_tokens(list(word_tokens))
 
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,

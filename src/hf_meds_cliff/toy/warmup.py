@@ -490,33 +490,59 @@ def _learning_rate_factor(step: int, settings: WarmupSettings) -> float:
     return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * cosine
 
 
-def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
-    import torch
-    import transformers
+@dataclass
+class WarmupLoopResult:
+    """What :func:`supervised_warmup_loop` did: steps taken, why it stopped, the stop-rule checks, timings."""
+
+    steps: int
+    stop_reason: str
+    history: list[dict[str, float]]
+    final_loss: float
+    train_seconds: float
+    stop_rule_eval_seconds: float
+
+
+def _warmup_progress_bar(max_steps: int, eval_start_step: int, what: str):
     from tqdm.auto import tqdm
 
-    tokenizer = build_toy_tokenizer()
-    model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
-    validation_stream = iter_problems(
-        "train", settings.seed, settings.task, unique=True, stream_name="warmup-validation"
+    # Minutes of work on a first run, before any logging is configured: show it. The bar draws no random numbers,
+    # so the result (and the cache key) is the same with or without it.
+    progress = tqdm(
+        total=max_steps,
+        desc=f"{what} (first run only, then cached)",
+        unit="step",
+        mininterval=1.0,
+        dynamic_ncols=True,
     )
-    validation = [next(validation_stream) for _ in range(settings.num_validation_problems)]
-    training_stream = iter_trapped_training_problems(
-        settings.seed,
-        settings.task,
-        settings.trap_rate,
-        settings.traps,
-        exclude=frozenset(p.question for p in validation),
-        stream_name="warmup",
-    )
+    progress.set_postfix_str(f"held-out greedy accuracy: first check at step {eval_start_step}")
+    return progress
+
+
+def supervised_warmup_loop(
+    model,
+    tokenizer,
+    settings: Any,
+    training_stream: Iterator[Any],
+    validation_accuracy: Callable[[], float],
+    progress: Any,
+) -> WarmupLoopResult:
+    """The warm-up's training loop, shared by the toy and code worlds.
+
+    AdamW (0.9/0.98) with linear warm-up then cosine decay, gradient clipping, loss on the solution and eos tokens
+    of a fresh batch of ``settings.batch_size`` problems (objects with ``question`` and ``solution``) per step, under
+    ``torch.manual_seed(settings.seed)`` in a forked RNG. From ``settings.eval_start_step`` on, every
+    ``settings.eval_every_steps`` steps ``validation_accuracy()`` (held-out greedy accuracy) is checked and training
+    stops once it reaches ``settings.target_greedy_accuracy``; ``settings.max_steps`` and ``settings.time_budget_s``
+    cap it. ``settings`` has the fields of :class:`WarmupSettings` that are read here.
+    """
+    import torch
+
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=settings.weight_decay
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: _learning_rate_factor(step, settings)
     )
-
-    logger.info("Toy warm-up: %d parameters, settings %s", sum(p.numel() for p in model.parameters()), key)
     model.train()
     start = time.perf_counter()
     eval_seconds = 0.0
@@ -524,16 +550,6 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     history: list[dict[str, float]] = []
     loss_value = float("nan")
     step = 0
-    # Minutes of work on a first run, before any logging is configured: show it. The bar draws no random numbers,
-    # so the result (and the cache key) is the same with or without it.
-    progress = tqdm(
-        total=settings.max_steps,
-        desc="Toy policy warm-up (first run only, then cached)",
-        unit="step",
-        mininterval=1.0,
-        dynamic_ncols=True,
-    )
-    progress.set_postfix_str(f"held-out greedy accuracy: first check at step {settings.eval_start_step}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         while step < settings.max_steps:
@@ -552,7 +568,7 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
                 and (step - settings.eval_start_step) % settings.eval_every_steps == 0
             ):
                 eval_start = time.perf_counter()
-                accuracy = greedy_accuracy(model, tokenizer, validation, settings.max_new_tokens)
+                accuracy = validation_accuracy()
                 eval_seconds += time.perf_counter() - eval_start
                 history.append({"step": step, "loss": loss_value, "validation_greedy_accuracy": accuracy})
                 logger.info("step %d loss %.4f validation greedy accuracy %.3f", step, loss_value, accuracy)
@@ -568,6 +584,39 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
                 break
     train_seconds = time.perf_counter() - start
     model.eval()
+    return WarmupLoopResult(step, stop_reason, history, loss_value, train_seconds, eval_seconds)
+
+
+def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
+    import torch
+    import transformers
+
+    tokenizer = build_toy_tokenizer()
+    model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
+    validation_stream = iter_problems(
+        "train", settings.seed, settings.task, unique=True, stream_name="warmup-validation"
+    )
+    validation = [next(validation_stream) for _ in range(settings.num_validation_problems)]
+    training_stream = iter_trapped_training_problems(
+        settings.seed,
+        settings.task,
+        settings.trap_rate,
+        settings.traps,
+        exclude=frozenset(p.question for p in validation),
+        stream_name="warmup",
+    )
+    logger.info("Toy warm-up: %d parameters, settings %s", sum(p.numel() for p in model.parameters()), key)
+    progress = _warmup_progress_bar(settings.max_steps, settings.eval_start_step, "Toy policy warm-up")
+    loop = supervised_warmup_loop(
+        model,
+        tokenizer,
+        settings,
+        training_stream,
+        lambda: greedy_accuracy(model, tokenizer, validation, settings.max_new_tokens),
+        progress,
+    )
+    step, stop_reason, history, loss_value = loop.steps, loop.stop_reason, loop.history, loop.final_loss
+    train_seconds, eval_seconds = loop.train_seconds, loop.stop_rule_eval_seconds
 
     test_stream = iter_problems("test", settings.seed, settings.task)
     test_problems = [next(test_stream) for _ in range(settings.num_test_problems)]

@@ -14,6 +14,7 @@ _LAZY_ATTRIBUTES = {
     "OpenAICompatibleTeacher": "hf_meds_cliff.cliff.teachers.openai_compatible",
     "TransformersTeacher": "hf_meds_cliff.cliff.teachers.local",
     "RuleBasedToyTeacher": "hf_meds_cliff.cliff.teachers.rule_based",
+    "RuleBasedCodeTeacher": "hf_meds_cliff.cliff.teachers.rule_based_code",
     "build_teacher": "hf_meds_cliff.cliff.teachers.factory",
 }
 
@@ -22,6 +23,7 @@ __all__ = [
     "JUDGMENT_STATUSES",
     "Judgment",
     "OpenAICompatibleTeacher",
+    "RuleBasedCodeTeacher",
     "RuleBasedToyTeacher",
     "SolveFailure",
     "Teacher",
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .local import TransformersTeacher
     from .openai_compatible import OpenAICompatibleTeacher
     from .rule_based import RuleBasedToyTeacher
+    from .rule_based_code import RuleBasedCodeTeacher
 
 
 def __getattr__(name: str) -> Any:

@@ -138,7 +138,7 @@ class Teacher(Protocol):
     name: str
 
     async def solve(self, problem: str) -> str | SolveFailure | None:
-        """A reference solution ending in ``\\boxed{...}``; never raises.
+        """A reference solution ending in ``\\boxed{...}`` (code: a program in a fenced block); never raises.
 
         ``None`` when the teacher has no solution; a :class:`SolveFailure` naming why the call failed (a teacher
         returning ``None`` for every failure works too, but its endpoint failures then count as unverified).
@@ -146,7 +146,14 @@ class Teacher(Protocol):
         ...
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
-        """Judge a rollout given as its sentences (numbered ``[0]``, ``[1]``, ...); never raises."""
+        """Judge a rollout given as its sentences (numbered ``[0]``, ``[1]``, ...); never raises.
+
+        Code rollouts: ``sentences`` are the units of :func:`~hf_meds_cliff.cliff.split_code_units` and the
+        reference is a program that passed the row's tests. A teacher whose ``judge`` also takes a keyword
+        argument ``execution: str | None`` receives what running the student's program showed (the first
+        failing test's input, expected and actual output, or the error kind); the protocol passes it only to
+        teachers that take it, so a teacher without it works unchanged.
+        """
         ...
 
     async def aclose(self) -> None:

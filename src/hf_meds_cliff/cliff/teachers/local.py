@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..judging import build_judge_messages, build_solve_messages, parse_judgment
+from ..judging import build_judge_messages, build_solve_messages, check_domain, parse_judgment
 from .base import Judgment, SolveFailure
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class TransformersTeacher:
         max_new_tokens: generation budget per answer.
         device: device to move a loaded model to (ignored for a model object).
         name: label for logs and metrics.
+        domain: ``"math"`` (the default) or ``"code"``: which solve and judge prompts are used.
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class TransformersTeacher:
         max_new_tokens: int = 1024,
         device: str | None = None,
         name: str | None = None,
+        domain: str = "math",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -66,6 +68,8 @@ class TransformersTeacher:
         self.name = (
             name or getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
         )
+        check_domain(domain)
+        self.domain = domain
         self.counters: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -106,20 +110,24 @@ class TransformersTeacher:
         self.counters["solve_calls"] += 1
         try:
             return await asyncio.to_thread(
-                self._generate, build_solve_messages(problem), self.solve_temperature
+                self._generate, build_solve_messages(problem, domain=self.domain), self.solve_temperature
             )
         except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1
             logger.exception("Local teacher %s raised while solving", self.name)
             return SolveFailure("error", f"{type(error).__name__}: {error}")
 
-    async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
+    async def judge(
+        self, problem: str, reference: str, sentences: Sequence[str], execution: str | None = None
+    ) -> Judgment:
         self.counters["judge_calls"] += 1
         if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
             self.counters["failures/empty"] += 1
             return Judgment(None, None, "empty", "empty rollout")
         try:
-            messages = build_judge_messages(problem, reference, sentences)
+            messages = build_judge_messages(
+                problem, reference, sentences, domain=self.domain, execution=execution
+            )
             answer = await asyncio.to_thread(self._generate, messages, self.judge_temperature)
         except Exception as error:  # a teacher never stops training
             self.counters["failures/error"] += 1

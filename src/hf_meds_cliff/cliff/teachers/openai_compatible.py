@@ -27,21 +27,32 @@ in ``repr``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import random
+import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
-from ..judging import build_judge_messages, build_solve_messages, parse_judgment
+from ..judging import build_judge_messages, build_solve_messages, check_domain, parse_judgment
 from .base import Judgment, SolveFailure
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OpenAICompatibleTeacher"]
+__all__ = ["REQUEST_COST", "OpenAICompatibleTeacher"]
+
+REQUEST_COST: contextvars.ContextVar[Counter | None] = contextvars.ContextVar(
+    "cliff_request_cost", default=None
+)
+"""Per-task cost accounting: set it to a ``Counter`` in an asyncio task and every request the task (and the tasks
+it starts) sends adds ``requests``, ``request_seconds`` (time from sending to the reply, not waiting for a free
+concurrency slot) and, from the server's ``usage``, ``prompt_tokens``,
+``completion_tokens`` and ``usage_reported`` to it. ``hf-meds-cliff judge-eval`` uses it to cost each item; the
+teacher's own ``counters`` get the same keys summed over all requests."""
 
 _RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -72,6 +83,8 @@ class OpenAICompatibleTeacher:
         extra_body: extra JSON fields merged into every request (e.g. ``{"top_p": 0.95}`` or
             ``{"chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
         name: label used in logs and metrics (defaults to ``model``).
+        domain: ``"math"`` (the default) or ``"code"``: which solve and judge prompts are sent
+            (:func:`~hf_meds_cliff.cliff.judging.build_judge_messages`).
     """
 
     def __init__(
@@ -91,7 +104,9 @@ class OpenAICompatibleTeacher:
         judge_max_tokens: int = 4096,
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
+        domain: str = "math",
     ):
+        check_domain(domain)
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"`base_url` must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}."
@@ -116,6 +131,7 @@ class OpenAICompatibleTeacher:
         self.model = model
         self.api_key_env = api_key_env
         self.name = name or model
+        self.domain = domain
         self.max_concurrency = max_concurrency
         self.timeout = float(timeout)
         self.max_retries = max_retries
@@ -184,18 +200,28 @@ class OpenAICompatibleTeacher:
                 await asyncio.sleep(self._backoff(attempt - 1, retry_after))
                 retry_after = None
             self.counters["requests"] += 1
+            cost = REQUEST_COST.get()
+            if cost is not None:
+                cost["requests"] += 1
+            request_started: float | None = (
+                None  # set once a concurrency slot is free: queueing is not latency
+            )
             try:
                 async with semaphore:
+                    request_started = time.perf_counter()
                     # httpx's timeout bounds each read; wait_for also bounds a reply trickled byte by byte
                     response = await asyncio.wait_for(
                         client.post("/chat/completions", json=payload), self.timeout
                     )
             except (httpx.TimeoutException, asyncio.TimeoutError) as error:
+                self._count_seconds(cost, request_started)
                 last_kind, last_message = "timeout", f"timeout after {self.timeout}s: {type(error).__name__}"
                 continue
             except httpx.TransportError as error:
+                self._count_seconds(cost, request_started)
                 last_kind, last_message = "connection_error", f"{type(error).__name__}: {error}"
                 continue
+            self._count_seconds(cost, request_started)
             if response.status_code != 200:
                 last_kind, last_message = "http_error", f"HTTP {response.status_code}: {response.text[:300]}"
                 if response.status_code in _RETRYABLE_STATUS:
@@ -214,15 +240,61 @@ class OpenAICompatibleTeacher:
                 raise _RequestFailed(
                     "bad_response", f"not a chat completion ({error}): {response.text[:300]}"
                 ) from None
+            self._count_usage(cost, body.get("usage") if isinstance(body, dict) else None)
             return content
         raise _RequestFailed(last_kind, last_message)
+
+    def _count_seconds(self, cost: Counter | None, started: float | None) -> None:
+        """Add a request's duration (from sending it, not from waiting for a free slot) to ``request_seconds``."""
+        if started is None:
+            return
+        seconds = time.perf_counter() - started
+        self.counters["request_seconds"] += seconds
+        if cost is not None:
+            cost["request_seconds"] += seconds
+
+    def _count_usage(self, cost: Counter | None, usage: Any) -> None:
+        """Add the server's ``usage`` token counts (absent or malformed ``usage``: nothing is added)."""
+        if not isinstance(usage, dict):
+            return
+        counts = {
+            key: usage.get(key)
+            for key in ("prompt_tokens", "completion_tokens")
+            if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool)
+        }
+        if not counts:
+            return
+        for target in (self.counters, cost):
+            if target is None:
+                continue
+            target["usage_reported"] += 1
+            for key, value in counts.items():
+                target[key] += value
+
+    async def ask(self, messages: list[dict[str, str]]) -> str | SolveFailure:
+        """The reply to free-form chat ``messages`` at the judge's temperature and ``max_tokens`` (e.g.
+        ProcessBench's critique prompt in ``hf-meds-cliff judge-eval``); a :class:`SolveFailure` names an
+        endpoint failure. Never raises."""
+        self.counters["ask_calls"] += 1
+        try:
+            return await self._chat(messages, self.judge_temperature, self.judge_max_tokens)
+        except _RequestFailed as failure:
+            self.counters[f"failures/{failure.kind}"] += 1
+            logger.warning("Teacher %s failed to answer (%s): %s", self.name, failure.kind, failure)
+            return SolveFailure(failure.kind, str(failure))
+        except Exception as error:  # a teacher never raises into its caller
+            self.counters["failures/error"] += 1
+            logger.exception("Teacher %s raised while answering", self.name)
+            return SolveFailure("error", f"{type(error).__name__}: {error}")
 
     async def solve(self, problem: str) -> str | SolveFailure:
         """A reference solution (sampled at ``solve_temperature``); a :class:`SolveFailure` naming the failure."""
         self.counters["solve_calls"] += 1
         try:
             return await self._chat(
-                build_solve_messages(problem), self.solve_temperature, self.solve_max_tokens
+                build_solve_messages(problem, domain=self.domain),
+                self.solve_temperature,
+                self.solve_max_tokens,
             )
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
@@ -233,14 +305,20 @@ class OpenAICompatibleTeacher:
             logger.exception("Teacher %s raised while solving", self.name)
             return SolveFailure("error", f"{type(error).__name__}: {error}")
 
-    async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
-        """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception."""
+    async def judge(
+        self, problem: str, reference: str, sentences: Sequence[str], execution: str | None = None
+    ) -> Judgment:
+        """Judge a numbered rollout; every failure is a :class:`Judgment` status, never an exception.
+
+        ``execution`` (code): what running the student's program showed, put into the code judge's prompt."""
         self.counters["judge_calls"] += 1
         if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
             self.counters["failures/empty"] += 1
             return Judgment(None, None, "empty", "empty rollout")
         try:
-            messages = build_judge_messages(problem, reference, sentences)
+            messages = build_judge_messages(
+                problem, reference, sentences, domain=self.domain, execution=execution
+            )
             answer = await self._chat(messages, self.judge_temperature, self.judge_max_tokens)
         except _RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1

@@ -1,7 +1,7 @@
 """Toy-world study: GRPO vs DAPO vs MEDS vs Cliff from the same warmed-up toy policy, several seeds.
 
-    python scripts/toy_study.py                  # the full study (<= ~60 min on 2 CPU cores), writes docs/toy_study.md
-    python scripts/toy_study.py --quick          # every method for a couple of steps (a smoke run, used by a test)
+    python studies/toy_study.py                  # the full study (<= ~60 min on 2 CPU cores), writes docs/toy_study.md
+    python studies/toy_study.py --quick          # every method for a couple of steps (a smoke run, used by a test)
 
 Every method gets the same budget: the same warmed-up policy, the same number of steps, prompts per step and
 rollouts per prompt, the same learning rate and schedule; no method is tuned on the test split.
@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import statistics
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_common  # this folder's shared module
+from study_common import shared_training_kwargs, trainer_class
 
 logger = logging.getLogger("toy_study")
 
@@ -66,69 +71,30 @@ QUICK = StudySettings(
 
 
 def method_config(method: str, settings: StudySettings, seed: int, output_dir: str):
-    """The config of ``method``; everything not named here is shared by all methods."""
-    from hf_meds_cliff import CliffConfig, MEDSConfig
-    from hf_meds_cliff.dapo import DAPOConfig
-
-    shared = dict(
+    """The config of ``method``; everything not named here is shared by all methods. DAPO with dynamic sampling."""
+    shared = shared_training_kwargs(
         output_dir=output_dir,
-        use_cpu=True,
-        bf16=False,
         seed=seed,
-        max_steps=settings.steps,
+        steps=settings.steps,
         learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=2,
-        per_device_train_batch_size=settings.prompts_per_step * settings.num_generations,
+        prompts_per_step=settings.prompts_per_step,
         num_generations=settings.num_generations,
         max_completion_length=settings.max_completion_length,
-        temperature=1.0,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        dataloader_num_workers=0,
     )
-    grpo = dict(loss_type="grpo", epsilon=0.2, epsilon_high=0.2)
-    dapo = dict(
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
-        dynamic_sampling=True,
-        dynamic_sampling_max_rounds=10,
+    if method not in METHODS:
+        raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
+    return study_common.method_config(
+        method,
+        shared,
+        dapo_extra={"dynamic_sampling": True, "dynamic_sampling_max_rounds": 10},
+        # docs/toy_study.md was measured when every generation round entered the memory; keep that scope so the
+        # study reproduces its document (the library's default is now the reference's "filtered").
+        meds_extra={"meds_memory_scope": "all"},
     )
-    if method == "grpo":
-        return DAPOConfig(**shared, **grpo)
-    if method == "dapo":
-        return DAPOConfig(**shared, **dapo)
-    if method == "meds":
-        # docs/toy_study.md was measured when every generation round entered the memory; keep that scope so
-        # the study reproduces its document (the library's default is now the reference's "filtered").
-        return MEDSConfig(**shared, **dapo, meds_alpha=0.1, meds_beta=0.2, meds_memory_scope="all")
-    if method == "cliff":
-        return CliffConfig(**shared, **grpo, cliff_teacher="rule", cliff_lam=0.0)
-    raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
-
-
-def trainer_class(method: str):
-    from hf_meds_cliff import CliffGRPOTrainer, MEDSGRPOTrainer
-    from hf_meds_cliff.dapo import DAPOTrainer
-
-    return {"grpo": DAPOTrainer, "dapo": DAPOTrainer, "meds": MEDSGRPOTrainer, "cliff": CliffGRPOTrainer}[
-        method
-    ]
 
 
 def reward_functions(method: str, settings: StudySettings):
-    from hf_meds_cliff.rewards import MathAnswerReward, OverlongPenaltyReward
-
-    rewards = [MathAnswerReward()]
-    if method in ("dapo", "meds"):
-        buffer = max(4, settings.max_completion_length // 4)
-        rewards.append(
-            OverlongPenaltyReward(settings.max_completion_length, buffer_length=buffer, penalty_factor=1.0)
-        )
-    return rewards
+    return study_common.reward_functions(method, settings.max_completion_length)
 
 
 class ProbeCallback(TrainerCallback):
@@ -359,12 +325,8 @@ READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
 
 
 def mean_std(values: list[float]) -> str:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{100 * values[0]:.1f}"
-    return f"{100 * statistics.mean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
+    """Mean ± standard deviation in percent."""
+    return study_common.mean_std(values, scale=100.0)
 
 
 def passk_curve(run_eval: dict) -> dict[int, float]:
@@ -455,7 +417,7 @@ def write_report(results: dict, report_path: Path) -> None:
 Reproduce (about {minutes:.0f} minutes on this run's machine, 2 CPU cores):
 
 ```bash
-python scripts/toy_study.py --report docs/toy_study.md
+python studies/toy_study.py --report docs/toy_study.md
 ```
 
 ## Setup

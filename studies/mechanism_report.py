@@ -1,18 +1,21 @@
-"""Report of ``scripts/mechanism_study.py``: tables, paired significance, plots; keeps a hand-written reading.
+"""Report of ``studies/mechanism_study.py``: tables, paired significance, plots; keeps a hand-written reading.
 
-python scripts/mechanism_study.py --report_only --report docs/mechanism_study.md
+python studies/mechanism_study.py --report_only --report docs/mechanism_study.md
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import statistics
-from collections import Counter
+import sys
 from pathlib import Path
 
-METHODS = ("grpo", "dapo", "meds", "meds_strong", "cliff", "grpo_teacher")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from study_common import ALL_METHODS, expected_distinct, mean_std, paired_test
+from study_common import finite as _finite
+
+METHODS = ALL_METHODS
 PAIRS = (  # (method, its baseline): the comparisons the study is about
     ("dapo", "grpo"),
     ("meds", "dapo"),
@@ -32,42 +35,6 @@ PROBE_KEYS = (
 READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
 
 
-def _finite(values):
-    return [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-
-
-def mean_std(values, scale: float = 1.0, digits: int = 1) -> str:
-    values = _finite(values)
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{scale * values[0]:.{digits}f}"
-    return f"{scale * statistics.mean(values):.{digits}f} ± {scale * statistics.stdev(values):.{digits}f}"
-
-
-def paired_test(differences: list[float]) -> dict:
-    """Mean paired difference, paired t-test p and the exact sign-flip (permutation) p, both two-sided."""
-    n = len(differences)
-    result = {
-        "n": n,
-        "mean": statistics.mean(differences) if n else math.nan,
-        "t_p": math.nan,
-        "sign_flip_p": math.nan,
-    }
-    if n < 2:
-        return result
-    from scipy import stats
-
-    if statistics.pstdev(differences) > 0:
-        result["t_p"] = float(stats.ttest_1samp(differences, 0.0).pvalue)
-    observed = abs(sum(differences))
-    flips = [
-        abs(sum(s * d for s, d in zip(signs, differences))) for signs in itertools.product((1, -1), repeat=n)
-    ]
-    result["sign_flip_p"] = sum(f >= observed - 1e-12 for f in flips) / len(flips)
-    return result
-
-
 def add_derived_probe_metrics(runs: list[dict], probe_samples: int) -> None:
     """``distinct_per_wrong``: distinct wrong answers per prompt over the mean number of wrong rollouts per prompt.
 
@@ -78,21 +45,6 @@ def add_derived_probe_metrics(runs: list[dict], probe_samples: int) -> None:
         for record in run["probe"]:
             wrong = probe_samples * (1.0 - record["reward"])
             record["distinct_per_wrong"] = record["distinct_wrong_answers"] / wrong if wrong > 0 else math.nan
-
-
-def expected_distinct(reference: list, draws: int) -> float:
-    """Expected number of distinct values among ``draws`` values drawn without replacement from ``reference``.
-
-    >>> round(expected_distinct([1, 1, 2, 3], 2), 6)  # of the 6 pairs only {1, 1} has one value: (1 + 5 * 2) / 6
-    1.833333
-    """
-    n = len(reference)
-    if draws <= 0:
-        return 0.0
-    if draws >= n:
-        return float(len(set(reference)))
-    total = math.comb(n, draws)
-    return sum(1.0 - math.comb(n - count, draws) / total for count in Counter(reference).values())
 
 
 def rarefaction_rows(premise: list[dict]) -> list[dict]:
@@ -372,7 +324,7 @@ def write_report(
 Reproduce (resumable; each run is written to `outputs/mechanism_study/runs/` as it ends):
 
 ```bash
-python scripts/mechanism_study.py --report docs/mechanism_study.md
+python studies/mechanism_study.py --report docs/mechanism_study.md
 ```
 
 ## Setup

@@ -1,8 +1,8 @@
 """Mechanism study: a toy world built so the papers' premises can hold, then GRPO/DAPO/MEDS/Cliff compared in it.
 
-    python scripts/mechanism_study.py                      # the full study (resumable), results in outputs/
-    python scripts/mechanism_study.py --report docs/mechanism_study.md   # also the report, plots and results
-    python scripts/mechanism_study.py --quick              # every method for one step (a smoke run, used by a test)
+    python studies/mechanism_study.py                      # the full study (resumable), results in outputs/
+    python studies/mechanism_study.py --report docs/mechanism_study.md   # also the report, plots and results
+    python studies/mechanism_study.py --quick              # every method for one step (a smoke run, used by a test)
 
 The world (``hf_meds_cliff.toy.traps``): the toy arithmetic task, whose warm-up taught a trapped solution (a carry
 dropped, a sign dropped, brackets ignored) on 30 % of the problems that have a trap-eligible step, so the warm-up
@@ -37,19 +37,27 @@ import argparse
 import json
 import logging
 import math
-import statistics
 import sys
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import study_common  # this folder's shared module
+from study_common import (
+    ALL_METHODS,
+    answer_statistics,
+    pass_at_k_table,
+    shared_training_kwargs,
+    trainer_class,
+)
+
 logger = logging.getLogger("mechanism_study")
 
-METHODS = ("grpo", "dapo", "meds", "meds_strong", "cliff", "grpo_teacher")
+METHODS = ALL_METHODS
 KS = tuple(range(1, 17))
 
 
@@ -130,94 +138,29 @@ def pool_and_test(settings: StudySettings):
 
 
 def method_config(method: str, settings: StudySettings, seed: int, output_dir: str):
-    """The config of ``method``; everything not named here is shared by all methods."""
-    from hf_meds_cliff import CliffConfig, MEDSConfig
-    from hf_meds_cliff.dapo import DAPOConfig
-
-    shared = {
-        "output_dir": output_dir,
-        "use_cpu": True,
-        "bf16": False,
-        "seed": seed,
-        "max_steps": settings.steps,
-        "learning_rate": settings.learning_rate,
-        "lr_scheduler_type": "constant_with_warmup",
-        "warmup_steps": min(2, settings.steps),
-        "per_device_train_batch_size": settings.prompts_per_step * settings.num_generations,
-        "num_generations": settings.num_generations,
-        "max_completion_length": settings.max_completion_length,
-        "temperature": 1.0,
-        "beta": 0.0,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "dataloader_num_workers": 0,
-    }
-    grpo = {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.2}
-    # DAPO's loss, clip-higher and overlong penalty; no dynamic sampling: every method draws the same rollouts per
-    # step, and on a small pool that the policy learns to solve, dynamic sampling runs out of mixed groups.
-    dapo = {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}
-    if method == "grpo":
-        return DAPOConfig(**shared, **grpo)
-    if method == "dapo":
-        return DAPOConfig(**shared, **dapo)
-    if method == "meds":
-        return MEDSConfig(**shared, **dapo, meds_alpha=0.1, meds_beta=0.2)
-    if method == "meds_strong":
-        return MEDSConfig(**shared, **dapo, meds_alpha=0.2, meds_beta=1.0)
-    if method == "cliff":
-        return CliffConfig(**shared, **grpo, cliff_teacher="rule", cliff_lam=0.0)
-    if method == "grpo_teacher":
-        return CliffConfig(**shared, **grpo, cliff_teacher="rule", cliff_lam=0.0, cliff_split_credit=False)
-    raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
-
-
-def trainer_class(method: str):
-    from hf_meds_cliff import CliffGRPOTrainer, MEDSGRPOTrainer
-    from hf_meds_cliff.dapo import DAPOTrainer
-
-    if method.startswith("meds"):
-        return MEDSGRPOTrainer
-    if method in ("cliff", "grpo_teacher"):
-        return CliffGRPOTrainer
-    return DAPOTrainer
+    """The config of ``method``; everything not named here is shared by all methods. DAPO without dynamic sampling:
+    every method draws the same rollouts per step, and on a small pool that the policy learns to solve, dynamic
+    sampling runs out of mixed groups."""
+    shared = shared_training_kwargs(
+        output_dir=output_dir,
+        seed=seed,
+        steps=settings.steps,
+        learning_rate=settings.learning_rate,
+        prompts_per_step=settings.prompts_per_step,
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        warmup_steps=min(2, settings.steps),
+    )
+    return study_common.method_config(method, shared)
 
 
 def reward_functions(method: str, settings: StudySettings):
-    from hf_meds_cliff.rewards import MathAnswerReward, OverlongPenaltyReward
-
-    rewards = [MathAnswerReward()]
-    if method in ("dapo", "meds", "meds_strong"):
-        buffer = max(4, settings.max_completion_length // 4)
-        rewards.append(
-            OverlongPenaltyReward(settings.max_completion_length, buffer_length=buffer, penalty_factor=1.0)
-        )
-    return rewards
+    return study_common.reward_functions(method, settings.max_completion_length)
 
 
 # --------------------------------------------------------------------------------------------
 # measuring
 # --------------------------------------------------------------------------------------------
-
-
-def answer_statistics(answers_per_problem, truths, traps) -> dict:
-    """Diversity of the wrong answers: distinct per problem, share of the most common one, share of the trap."""
-    distinct, top_share, trap_share, wrong_total, trap_total = [], [], [], 0, 0
-    for answers, truth, trap in zip(answers_per_problem, truths, traps):
-        wrong = [
-            a for a in answers if a != truth
-        ]  # None (no boxed answer) counts as one kind of wrong answer
-        distinct.append(len(set(wrong)))
-        if wrong:
-            top_share.append(Counter(wrong).most_common(1)[0][1] / len(wrong))
-            trap_share.append(sum(a == trap for a in wrong) / len(wrong))
-        wrong_total += len(wrong)
-        trap_total += sum(a == trap for a in wrong)
-    return {
-        "distinct_wrong_answers": statistics.mean(distinct),
-        "wrong_answer_top_share": statistics.mean(top_share) if top_share else math.nan,
-        "trap_share_of_wrong": trap_total / wrong_total if wrong_total else math.nan,
-    }
 
 
 @torch.no_grad()
@@ -310,7 +253,6 @@ class ProbeCallback(TrainerCallback):
 
 def evaluate(model, tokenizer, problems, settings: StudySettings, seed: int) -> dict:
     """pass@1..16 (unbiased estimator) and wrong-answer diversity on the held-out trap problems."""
-    from hf_meds_cliff.evaluation.estimators import pass_at_k
     from hf_meds_cliff.toy.traps import trapped_solution
     from hf_meds_cliff.toy.warmup import boxed_integer, generate_completions
 
@@ -326,9 +268,8 @@ def evaluate(model, tokenizer, problems, settings: StudySettings, seed: int) -> 
     answers = [[boxed_integer(t) for t in group] for group in texts]
     truths = [p.answer for p in problems]
     correct = [sum(a == t for a in group) for group, t in zip(answers, truths)]
-    n = settings.eval_samples
     return {
-        "pass@k": {str(k): statistics.mean(pass_at_k(n, c, k) for c in correct) for k in KS if k <= n},
+        "pass@k": pass_at_k_table(correct, settings.eval_samples, KS),
         **answer_statistics(answers, truths, [trapped_solution(p)[1] for p in problems]),
     }
 
@@ -494,7 +435,6 @@ def main(argv=None) -> int:
                 run["settings"] = asdict(settings)
                 path.write_text(json.dumps(run, indent=1))
     if args.report:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         from mechanism_report import write_report
 
         premise = [json.loads(p.read_text()) for p in sorted((output_dir / "premise").glob("*.json"))]

@@ -1,0 +1,308 @@
+"""Run a program against its tests in the sandbox, and grade each test in the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import json
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+from .comparison import functional_result_matches, stdout_matches
+from .formats import CodeTests, TestCase, parse_tests
+from .sandbox import HarnessProcess, SandboxError, SandboxLimits, warn_if_not_isolated
+
+TEST_STATUSES: tuple[str, ...] = (
+    "passed",
+    "wrong_answer",
+    "time_limit",
+    "memory_limit",
+    "runtime_error",
+    "compile_error",
+    "sandbox_error",
+)
+_SHOWN_CHARS = 2000  # inputs, outputs and errors kept in a result, for logs and for Cliff's judge
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=repr)
+    return (
+        text
+        if len(text) <= _SHOWN_CHARS
+        else text[:_SHOWN_CHARS] + f"... [{len(text) - _SHOWN_CHARS} more chars]"
+    )
+
+
+@dataclasses.dataclass
+class TestCaseResult:
+    """The verdict of one test. ``status`` is one of :data:`TEST_STATUSES`; ``input``/``expected``/``actual``
+    are shown as text (truncated); ``error`` is the end of stderr or the reason of the verdict."""
+
+    __test__ = False
+
+    index: int
+    status: str
+    input: str
+    expected: str
+    actual: str | None
+    error: str | None
+    time_s: float
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclasses.dataclass
+class TestRunResult:
+    """All verdicts of one program. ``results`` holds the tests that ran (fewer than ``num_tests`` when it
+    stopped at the first failure); ``passed`` means every selected test passed; ``fraction`` is
+    ``num_passed / num_tests``; ``isolated`` says whether namespace isolation was in force;
+    ``program_found`` is false when there was no program (then nothing ran and ``passed`` is false)."""
+
+    __test__ = False
+
+    results: list[TestCaseResult]
+    passed: bool
+    num_passed: int
+    num_tests: int
+    fraction: float
+    first_failure: TestCaseResult | None
+    isolated: bool
+    program_found: bool
+
+    @classmethod
+    def from_results(
+        cls, results: list[TestCaseResult], num_tests: int, isolated: bool, program_found: bool = True
+    ) -> TestRunResult:
+        num_passed = sum(result.passed for result in results)
+        return cls(
+            results=results,
+            passed=program_found and num_tests > 0 and num_passed == num_tests,
+            num_passed=num_passed,
+            num_tests=num_tests,
+            fraction=num_passed / num_tests if num_tests else 0.0,
+            first_failure=next((result for result in results if not result.passed), None),
+            isolated=isolated,
+            program_found=program_found,
+        )
+
+
+def select_cases(cases: Sequence[TestCase], max_tests: int | None) -> list[tuple[int, TestCase]]:
+    """The tests to run, with their original indices: all of them, or the ``max_tests`` with the longest
+    inputs (DeepCoder's rule), in their original order.
+
+    >>> [index for index, _ in select_cases([TestCase("1", ""), TestCase("333", ""), TestCase("22", "")], 2)]
+    [1, 2]
+    """
+    indexed = list(enumerate(cases))
+    if max_tests is None or len(indexed) <= max_tests:
+        return indexed
+    longest = sorted(indexed, key=lambda item: -len(_input_text(item[1].input)))[:max_tests]
+    return sorted(longest, key=lambda item: item[0])
+
+
+def _input_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=repr)
+
+
+def _validate_max_tests(max_tests: int | None) -> None:
+    if max_tests is not None and (
+        not isinstance(max_tests, int) or isinstance(max_tests, bool) or max_tests < 1
+    ):
+        raise ValueError(f"max_tests={max_tests!r} must be a positive integer, or None for every test.")
+
+
+def grade(
+    tests: CodeTests, index: int, case: TestCase, answer: dict[str, Any], limits: SandboxLimits
+) -> TestCaseResult:
+    """The verdict of one test from the harness's raw answer (pure: tested without a sandbox)."""
+    stderr = answer.get("stderr") or ""
+    shown_input = _shown(case.input)
+    expected = "" if tests.kind == "assert" else _shown(case.output)
+    actual = answer.get("stdout") if tests.kind == "stdin" else answer.get("result")
+    time_s = float(answer.get("wall_s") or 0.0)
+
+    def verdict(status: str, error: str | None = None) -> TestCaseResult:
+        shown_actual = None if actual is None else _shown(actual)
+        return TestCaseResult(index, status, shown_input, expected, shown_actual, error, time_s)
+
+    exit_code, killed_by = answer.get("exit_code"), answer.get("signal")
+    if answer.get("setup_error"):
+        return verdict("sandbox_error", _shown(answer["setup_error"]))
+    if answer.get("compile_error"):
+        return verdict("compile_error", _shown(answer["compile_error"]))
+    cpu_s = answer.get("cpu_s") or 0.0
+    if answer.get("timed_out") or killed_by == signal.SIGXCPU:
+        return verdict(
+            "time_limit", f"over {limits.timeout_s:g} s wall / {limits.effective_cpu_time_s:g} s CPU"
+        )
+    if killed_by == signal.SIGKILL and cpu_s >= limits.effective_cpu_time_s:
+        return verdict("time_limit", f"over {limits.effective_cpu_time_s:g} s CPU")
+    if answer.get("output_exceeded"):
+        return verdict("runtime_error", f"output exceeded {limits.max_output_bytes} bytes")
+    if "MemoryError" in stderr[-500:] or (killed_by is not None and "Cannot allocate memory" in stderr):
+        return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
+    if killed_by == signal.SIGXFSZ:
+        return verdict("runtime_error", f"wrote a file over {limits.file_size_mb} MiB")
+    if killed_by is not None:
+        return verdict(
+            "runtime_error",
+            f"killed by signal {killed_by}" + (f": {stderr.strip()}" if stderr.strip() else ""),
+        )
+    if exit_code != 0:
+        return verdict("runtime_error", _shown(stderr.strip()) or f"exit status {exit_code}")
+    if tests.kind == "stdin":
+        return verdict(
+            "passed" if stdout_matches(answer.get("stdout") or "", case.output) else "wrong_answer"
+        )
+    if tests.kind == "functional":
+        if answer.get("result") is None:
+            return verdict("runtime_error", "the program ended without returning a result")
+        return verdict(
+            "passed" if functional_result_matches(answer["result"], case.output) else "wrong_answer"
+        )
+    if not answer.get("confirmed"):
+        return verdict(
+            "runtime_error",
+            "the test statements did not run to the end (exit status 0, but no confirmation from the harness)",
+        )
+    return verdict("passed")
+
+
+def run_tests(
+    program: str | None,
+    tests: Any,
+    *,
+    fn_name: str | None = None,
+    limits: SandboxLimits | None = None,
+    stop_at_first_failure: bool = True,
+    max_tests: int | None = None,
+) -> TestRunResult:
+    """Run ``program`` against ``tests`` in a fresh sandbox and grade every test.
+
+    Args:
+        program: the Python source (``None``: no program was found; nothing runs, every test fails).
+        tests: a ``tests`` column value in any supported format (object or JSON text) or :class:`CodeTests`.
+        fn_name: the function functional tests call, when the tests do not name it.
+        limits: :class:`SandboxLimits` (defaults when ``None``).
+        stop_at_first_failure: stop after the first failing test (the remaining ones count as failed).
+        max_tests: run only the ``max_tests`` tests with the longest inputs.
+
+    Raises:
+        ValueError: malformed tests or arguments (never a silent 0).
+    """
+    if program is not None and not isinstance(program, str):
+        raise TypeError(f"program must be the source text or None, got {type(program).__name__}")
+    limits = SandboxLimits() if limits is None else limits
+    if not isinstance(limits, SandboxLimits):
+        raise TypeError(f"limits must be a SandboxLimits, got {type(limits).__name__}")
+    _validate_max_tests(max_tests)
+    parsed = parse_tests(tests, fn_name=fn_name)
+    selected = select_cases(parsed.cases, max_tests)
+    if program is None:
+        return TestRunResult.from_results([], len(selected), isolated=False, program_found=False)
+    job = {
+        "program": program,
+        "kind": parsed.kind,
+        "fn_name": parsed.fn_name,
+        "setup_code": parsed.setup_code,
+    }
+    results: list[TestCaseResult] = []
+    isolated = False
+    try:
+        with HarnessProcess(limits) as harness:
+            ready = harness.start(job)
+            isolated = bool(ready.get("isolated"))
+            warn_if_not_isolated(ready, limits)
+            if not isolated and limits.isolation == "required":
+                reason = f"isolation required but unavailable: {ready.get('reason')}"
+                results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
+                return TestRunResult.from_results(results, len(selected), isolated=False)
+            for index, case in selected:
+                try:
+                    answer = harness.run(case.input)
+                except SandboxError as error:
+                    results.append(_sandbox_error(parsed, index, case, str(error)))
+                    break
+                result = grade(parsed, index, case, answer, limits)
+                results.append(result)
+                if not result.passed and stop_at_first_failure:
+                    break
+    except (SandboxError, OSError) as error:
+        if not results and selected:
+            index, case = selected[0]
+            results.append(_sandbox_error(parsed, index, case, str(error)))
+    return TestRunResult.from_results(results, len(selected), isolated=isolated)
+
+
+def _sandbox_error(tests: CodeTests, index: int, case: TestCase, reason: str) -> TestCaseResult:
+    expected = "" if tests.kind == "assert" else _shown(case.output)
+    return TestCaseResult(index, "sandbox_error", _shown(case.input), expected, None, _shown(reason), 0.0)
+
+
+def default_max_workers() -> int:
+    """One sandbox per core this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _job_arguments(job: Sequence[Any], position: int) -> tuple[str | None, Any, str | None]:
+    if not isinstance(job, (tuple, list)) or len(job) not in (2, 3):
+        raise ValueError(
+            f"jobs[{position}] must be (program, tests) or (program, tests, fn_name), got {job!r:.200}"
+        )
+    program, tests = job[0], job[1]
+    return program, tests, job[2] if len(job) == 3 else None
+
+
+def run_tests_batch(
+    jobs: Sequence[tuple[str | None, Any]],
+    *,
+    max_workers: int | None = None,
+    fn_name: str | None = None,
+    **kwargs: Any,
+) -> list[TestRunResult]:
+    """:func:`run_tests` on many ``(program, tests)`` (or ``(program, tests, fn_name)``) jobs concurrently,
+    one sandbox per job, at most ``max_workers`` (default: the usable cores) at a time; results in job
+    order. Nothing is shared between jobs but the caller's threads."""
+    arguments = [_job_arguments(job, position) for position, job in enumerate(jobs)]
+    workers = default_max_workers() if max_workers is None else max_workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"max_workers={max_workers!r} must be a positive integer, or None for one per core.")
+    if not arguments:
+        return []
+    if workers == 1 or len(arguments) == 1:
+        return [run_tests(p, t, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(arguments))) as pool:
+        futures = [pool.submit(run_tests, p, t, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
+        return [future.result() for future in futures]
+
+
+async def arun_tests_batch(
+    jobs: Sequence[tuple[str | None, Any]],
+    *,
+    max_workers: int | None = None,
+    fn_name: str | None = None,
+    **kwargs: Any,
+) -> list[TestRunResult]:
+    """The awaitable twin of :func:`run_tests_batch` (each sandbox is waited on in a worker thread, at
+    most ``max_workers`` at a time), for async reward functions and event loops."""
+    arguments = [_job_arguments(job, position) for position, job in enumerate(jobs)]
+    workers = default_max_workers() if max_workers is None else max_workers
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"max_workers={max_workers!r} must be a positive integer, or None for one per core.")
+    semaphore = asyncio.Semaphore(workers)
+
+    async def one(program: str | None, tests: Any, job_fn_name: str | None) -> TestRunResult:
+        async with semaphore:
+            return await asyncio.to_thread(
+                run_tests, program, tests, fn_name=job_fn_name or fn_name, **kwargs
+            )
+
+    return list(await asyncio.gather(*(one(p, t, f) for p, t, f in arguments)))

@@ -1,0 +1,114 @@
+"""The learning study (issue 22): the pre-registered stage-1 rule on hand-made results, the results format, and
+the quick mode end to end (stage 1, decision, stage 2, report)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import ROOT, load_module
+
+study = load_module(ROOT / "studies" / "learning_study.py", "learning_study")
+
+
+def _write(path, value):
+    path.write_text(json.dumps(value))
+
+
+def _warmup(results, world, pass1, pass16):
+    per_seed = {str(s): {"pass@1": p1, "pass@16": p16} for s, (p1, p16) in enumerate(zip(pass1, pass16))}
+    _write(results / f"warmup-{world}.json", {"method": "warmup", "heldout_per_eval_seed": per_seed})
+
+
+def _runs(results, name, pass1, pass16, minutes=2.0):
+    for seed, (p1, p16) in enumerate(zip(pass1, pass16)):
+        run = {"method": "grpo", "seed": seed, "stage": 1, "config": {}, "train_seconds": 600.0, "train_cpu_seconds": 60 * minutes,
+               "heldout": {"pass@1": p1, "pass@16": p16}}  # fmt: skip
+        _write(results / f"stage1-{name}-seed{seed}.json", run)
+
+
+def test_stage1_rule_by_hand(tmp_path):
+    a, b, c, d = study.CANDIDATES
+    # warm-up: pass@1 0.30 at every evaluation seed; pass@16 0.80, 0.82, 0.78, 0.80, 0.80 -> mean 0.80, sd 0.01414
+    _warmup(tmp_path, "trap", [0.30] * 5, [0.80, 0.82, 0.78, 0.80, 0.80])
+    _warmup(tmp_path, "toy", [0.30] * 5, [0.80] * 5)
+    # a: gains +6, +5 (0.35 - 0.30 is 0.0499999... in floats: counts), +7, +2, +8 -> 4 of 5; pass@16 mean 0.78
+    #    >= 0.80 - 2 * 0.01414 = 0.7717: passes, mean gain 5.6
+    _runs(tmp_path, a.name, [0.36, 0.35, 0.37, 0.32, 0.38], [0.78] * 5)
+    # b: gains all +10 but pass@16 mean 0.70 < 0.7717: fails (sharper, not better)
+    _runs(tmp_path, b.name, [0.40] * 5, [0.70] * 5)
+    # c: gains +6 in 3 seeds only: fails rule 1
+    _runs(tmp_path, c.name, [0.36, 0.36, 0.36, 0.30, 0.30], [0.80] * 5)
+    # d: gains +6.5 everywhere, pass@16 fine, but 9 minutes a run: over the budget
+    _runs(tmp_path, d.name, [0.365] * 5, [0.80] * 5, minutes=9.0)
+    decision = study.decide(tmp_path, study.CANDIDATES)
+    rows = {row["candidate"]: row for row in decision["candidates"]}
+    assert rows[a.name]["seeds_with_gain"] == 4 and rows[a.name]["passes"]
+    assert rows[a.name]["mean_pass1_gain"] == pytest.approx(0.056)
+    assert rows[a.name]["warmup_pass16_sd"] == pytest.approx(0.0141421, abs=1e-6)
+    assert (
+        rows[b.name]["rule"] == {"pass1": True, "pass16": False, "budget": True}
+        and not rows[b.name]["passes"]
+    )
+    assert rows[c.name]["seeds_with_gain"] == 3 and not rows[c.name]["passes"]
+    assert rows[d.name]["rule"]["budget"] is False and not rows[d.name]["passes"]
+    assert decision["complete"] and decision["chosen"] == a.name
+
+    # d within budget: gain 6.5 vs a's 5.6 -> d (more than 1 point apart? no: 0.9) -> tie -> fewer steps: a (60)
+    _runs(tmp_path, d.name, [0.365] * 5, [0.80] * 5, minutes=3.0)
+    assert study.decide(tmp_path, study.CANDIDATES)["chosen"] == a.name
+    # d clearly better (+8): d
+    _runs(tmp_path, d.name, [0.38] * 5, [0.80] * 5, minutes=3.0)
+    assert study.decide(tmp_path, study.CANDIDATES)["chosen"] == d.name
+    # an incomplete candidate means no decision yet
+    (tmp_path / f"stage1-{c.name}-seed4.json").unlink()
+    decision = study.decide(tmp_path, study.CANDIDATES)
+    assert not decision["complete"]
+
+
+def test_candidates_are_the_preregistered_ones():
+    # The rule and the candidates were committed before any stage-1 run; changing them afterwards is a change of
+    # the study that must show up in review (docs/learning_study.md lists them).
+    assert [(c.name, c.world, c.steps, c.pool_size, c.learning_rate, c.lr_scheduler_type) for c in study.CANDIDATES] == [
+        ("trap-lr2e-4", "trap", 60, 120, 2e-4, "constant_with_warmup"),
+        ("trap-lr5e-4-cosine", "trap", 60, 120, 5e-4, "cosine"),
+        ("trap-lr1e-4-long", "trap", 120, 240, 1e-4, "constant_with_warmup"),
+        ("toy-lr1e-4-long", "toy", 120, 240, 1e-4, "constant_with_warmup"),
+    ]  # fmt: skip
+    assert all(c.visits_per_prompt == 4 for c in study.CANDIDATES)
+    assert (study.MIN_PASS1_GAIN, study.MIN_SEEDS_WITH_GAIN, study.NOISE_SDS) == (0.05, 4, 2.0)
+
+
+@pytest.mark.slow
+def test_quick_mode_writes_the_results_format_and_the_report(toy_policy_path, tmp_path):
+    results, report = tmp_path / "results", tmp_path / "docs" / "learning_study.md"
+    common = ["--quick", "--results_dir", str(results), "--output_dir", str(tmp_path / "work")]
+    assert study.main([*common, "--stage", "1", "--decide"]) == 0
+    assert (
+        study.main([*common, "--stage", "2", "--methods", "grpo", "meds", "cliff", "--report", str(report)])
+        == 0
+    )
+    stage1 = json.loads((results / "stage1-quick-seed0.json").read_text())
+    assert stage1["method"] == "grpo" and stage1["stage"] == 1 and stage1["seed"] == 0
+    assert isinstance(stage1["config"], dict) and stage1["config"]["steps"] == 2
+    warmup = json.loads((results / "warmup.json").read_text())
+    for record in (
+        stage1,
+        warmup,
+        *(json.loads((results / f"{m}-seed0.json").read_text()) for m in ("grpo", "meds", "cliff")),
+    ):
+        assert set(record["heldout"]) >= {"pass@1", "pass@4"}  # quick: 4 samples, so pass@k up to 4
+        assert all(0.0 <= record["heldout"][f"pass@{k}"] <= 1.0 for k in (1, 2, 3, 4))
+    cliff = json.loads((results / "cliff-seed0.json").read_text())
+    assert cliff["method"] == "cliff" and cliff["seed"] == 0 and cliff["stage"] == 2
+    assert [p["step"] for p in cliff["curve"]] == [0, 1, 2]
+    assert any("cliff/prefix_fraction" in h for h in cliff["history"])
+    meds = json.loads((results / "meds-seed0.json").read_text())
+    assert any("meds/advantage_shift" in h for h in meds["history"])
+    text = report.read_text()
+    assert "| quick | toy | 2 |" in text and "| cliff | 1 |" in text
+    assert (report.parent / "figures" / "learning_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Resume: nothing is trained again.
+    mtimes = {p: p.stat().st_mtime for p in results.glob("*-seed0.json")}
+    assert study.main([*common, "--stage", "2", "--methods", "grpo", "meds", "cliff"]) == 0
+    assert mtimes == {p: p.stat().st_mtime for p in results.glob("*-seed0.json")}
