@@ -159,8 +159,8 @@ def mix_script_rewards(monkeypatch) -> None:
 
     build_reward_funcs = script_utils.build_reward_funcs
 
-    def mixed_reward_funcs(script_args, training_args):
-        first, *rest = build_reward_funcs(script_args, training_args)
+    def mixed_reward_funcs(script_args, training_args, *args, **kwargs):
+        first, *rest = build_reward_funcs(script_args, training_args, *args, **kwargs)
         return [MixedGroupsReward(first, training_args.num_generations), *rest]
 
     monkeypatch.setattr(script_utils, "build_reward_funcs", mixed_reward_funcs)
