@@ -137,13 +137,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--policy",
         default=None,
-        help="Folder of a warmed-up toy policy (model + tokenizer); default: warm one up (or reuse the cache).",
+        help="Folder of a warmed-up toy policy (model + tokenizer); default: $HF_MEDS_CLIFF_TOY_POLICY, else warm "
+        "one up (or reuse the cache).",
     )
     args = parser.parse_args(argv)
 
     import torch
 
-    from hf_meds_cliff.toy import warmup_toy_model
+    from hf_meds_cliff.toy import toy_policy
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("FAIL setup: no CUDA GPU is visible (use --device cpu for the CPU code path)")
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
         f"torch {torch.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else "")
     )
-    policy = args.policy or str(warmup_toy_model())
+    policy = args.policy or str(toy_policy())
     results = {}
     failed = False
     for case in args.cases:

@@ -120,10 +120,10 @@ QUICK = Regime(
 
 def world_policy(world: str, quick: bool = False) -> str:
     """The warmed-up policy folder of ``world`` (cached; the trap world's warm-up takes ~17 min once)."""
-    from hf_meds_cliff.toy import ToyModelConfig, warmup_toy_model
+    from hf_meds_cliff.toy import ToyModelConfig, toy_policy, warmup_toy_model
 
     if world == "toy" or quick:
-        return str(warmup_toy_model())
+        return str(toy_policy())
     if world == "trap":
         settings = dict(TRAP_WARMUP)
         layers = settings.pop("num_hidden_layers")

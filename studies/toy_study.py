@@ -283,9 +283,9 @@ def main(argv=None) -> int:
     output_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
 
-    from hf_meds_cliff.toy import warmup_toy_model
+    from hf_meds_cliff.toy import toy_policy
 
-    policy = str(warmup_toy_model())
+    policy = str(toy_policy())
     results_path = output_dir / "results.json"
     results = (
         json.loads(results_path.read_text()) if results_path.exists() and not args.quick else {"runs": []}

@@ -1,9 +1,18 @@
 """Shared test setup: offline environment defaults, one torch thread and the toy-world fixtures.
 
-``toy_policy_path`` is the warmed-up toy policy from the on-disk cache (``$HF_MEDS_CLIFF_CACHE/toy/<key>``,
-default ``~/.cache/hf_meds_cliff``): built once on first use (~7 minutes measured on a busy 2-core
+``toy_policy_path`` is the warmed-up toy policy (:func:`hf_meds_cliff.toy.toy_policy`) from the on-disk cache
+(``$HF_MEDS_CLIFF_CACHE/toy/<key>``, default ``~/.cache/hf_meds_cliff``): built once on first use (~7 minutes measured on a busy 2-core
 machine), then reused by every later session. It emits ``\\boxed{}`` answers, some right and some wrong, so groups of
 8 samples per prompt are often mixed.
+
+Where the warm-up stops differs between machines (CPU kernels differ), so no test may rely on what this machine's
+policy happens to get right: a test that needs learning signal builds it in (see ``tests/helpers.py``). To check
+that, point the suite at another warmed-up toy policy with ``HF_MEDS_CLIFF_TOY_POLICY=/path/to/policy`` (a folder
+written by ``python -m hf_meds_cliff.toy.warmup --output_dir ... --seed 1``, or with another
+``--target_greedy_accuracy``; the scripts' ``toy`` model follows the variable too); the ``toy_policy`` marker
+selects the tests that use it::
+
+    HF_MEDS_CLIFF_TOY_POLICY=/tmp/toy-seed1 python -m pytest -q -m toy_policy
 """
 
 from __future__ import annotations
@@ -33,7 +42,26 @@ def toy_tokenizer():
 
 @pytest.fixture(scope="session")
 def toy_policy_path() -> Path:
-    """Folder of the cached warmed-up toy policy (model, tokenizer, ``warmup_metrics.json``)."""
-    from hf_meds_cliff.toy import warmup_toy_model
+    """Folder of the warmed-up toy policy (model, tokenizer, ``warmup_metrics.json``): the cached default warm-up,
+    or the folder named by ``$HF_MEDS_CLIFF_TOY_POLICY`` (which the scripts' ``toy`` model then names too)."""
+    from hf_meds_cliff.toy import toy_policy
 
-    return warmup_toy_model()
+    return toy_policy()
+
+
+TOY_POLICY_FIXTURES = {"toy_policy_path", "toy_model_path"}
+"""Fixtures that hand a test the warmed-up toy policy (``toy_model_path`` of test_evaluation.py looks it up)."""
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "toy_policy: uses the warmed-up toy policy ($HF_MEDS_CLIFF_TOY_POLICY swaps in another one)",
+    )
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark every test that uses the toy policy ``toy_policy`` (``-m toy_policy`` runs them against another one)."""
+    for item in items:
+        if TOY_POLICY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.toy_policy)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from helpers import ROOT, free_port, load_module
+from helpers import ROOT, free_port, load_module, write_half_solved_toy_data
 
 from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
 from hf_meds_cliff.script_utils import toy_recipe_path
@@ -380,6 +380,9 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
         return output
 
     monkeypatch.setattr(CliffGRPOTrainer, "_generate_and_score_completions", capturing)
+    # Toy problems this policy is measured to solve about half of the time, as a ready-prompt data file: mixed groups
+    # with wrong rollouts to judge, whatever this machine's warm-up solves.
+    data = write_half_solved_toy_data(toy_policy_path, 8, tmp_path / "half_solved.jsonl")
     script = load_script()
     out = tmp_path / "out"
     trainer = script.main(
@@ -387,10 +390,10 @@ def test_toy_world_end_to_end_with_the_rule_based_teacher(tmp_path, toy_policy_p
             [
                 "--config", str(toy_recipe_path("cliff")),
                 "--model_name_or_path", str(toy_policy_path),
+                *data,
                 "--output_dir", str(out),
                 "--max_steps", "2",
                 "--per_device_train_batch_size", "32",
-                "--toy_train_size", "64",
                 "--learning_rate", "1e-3",
                 "--activation_checkpointing", "false",
             ]

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from datasets import Dataset
+from helpers import MixedGroupsReward, UniformThenMixedRounds
 
 from hf_meds_cliff.dapo import DAPOConfig, DAPOTrainer, concat_rows, groups_with_signal, pad_rows
 
@@ -51,6 +52,19 @@ def tiny_policy(tmp_path_factory):
     return path
 
 
+TRAINER_SETTINGS = {
+    "use_cpu": True,
+    "bf16": False,
+    "max_steps": 2,
+    "per_device_train_batch_size": 8,
+    "num_generations": 4,
+    "max_completion_length": 8,
+    "logging_steps": 1,
+    "report_to": "none",
+    "save_strategy": "no",
+}
+
+
 def make_trainer(tiny_policy, tmp_path, reward, **overrides):
     from transformers import AutoTokenizer
 
@@ -59,19 +73,7 @@ def make_trainer(tiny_policy, tmp_path, reward, **overrides):
     dataset = Dataset.from_dict(
         {"prompt": [[{"role": "user", "content": f"Compute {i} + 1."}] for i in range(64)]}
     )
-    settings = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        max_steps=2,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        dynamic_sampling=True,
-    )
+    settings = {"output_dir": str(tmp_path), **TRAINER_SETTINGS, "dynamic_sampling": True}
     args = DAPOConfig(**{**settings, **overrides})
     return DAPOTrainer(
         model=str(tiny_policy),
@@ -93,7 +95,10 @@ def constant_reward(completions, **kwargs):
 
 @pytest.mark.slow
 def test_dynamic_sampling_trains_on_groups_with_signal_only(tiny_policy, tmp_path):
-    trainer = make_trainer(tiny_policy, tmp_path, parity_reward)
+    # Each step: a first round of uniform groups (all dropped), then a round of mixed ones (all kept).
+    reward = UniformThenMixedRounds(parity_reward, 4, uniform_value=1.0)
+    trainer = make_trainer(tiny_policy, tmp_path, reward)
+    tokenizer = trainer.processing_class
     batches = []
     original = DAPOTrainer._generate_and_score_completions
 
@@ -107,15 +112,33 @@ def test_dynamic_sampling_trains_on_groups_with_signal_only(tiny_policy, tmp_pat
         trainer.train()
     finally:
         DAPOTrainer._generate_and_score_completions = original
-    assert batches and all(b["completion_ids"].shape[0] == 8 for b in batches)
-    for batch in batches:
+    assert len(batches) == 2 and all(b["completion_ids"].shape[0] == 8 for b in batches)
+    assert len(reward.rounds) == 4  # two rounds per step
+    for step, batch in enumerate(batches):
+        # The trained rows are the second round's groups, whole and in order (the first round's were dropped).
+        prompts = [
+            tokenizer.decode(ids[mask.bool()]) for ids, mask in zip(batch["prompt_ids"], batch["prompt_mask"])
+        ]
+        kept_round = reward.rounds[2 * step + 1]
+        kept_prompts = tokenizer.apply_chat_template(kept_round, tokenize=False, add_generation_prompt=True)
+        assert prompts == kept_prompts
+        assert all(len(set(prompts[g : g + 4])) == 1 for g in range(0, 8, 4))
+        assert not set(prompts) & set(
+            tokenizer.apply_chat_template(reward.rounds[2 * step], tokenize=False, add_generation_prompt=True)
+        )
         # Every kept group has reward variance, hence non-zero advantages somewhere in each group of 4.
         grouped = batch["advantages"].view(-1, 4)
         assert (grouped.abs().sum(dim=1) > 0).all()
         assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
     logged = [r for r in trainer.state.log_history if "dynamic_sampling/rounds" in r]
-    assert logged and all(r["dynamic_sampling/rounds"] >= 1 for r in logged)
-    assert all(0 < r["dynamic_sampling/kept_fraction"] <= 1 for r in logged)
+    assert [
+        (
+            r["dynamic_sampling/rounds"],
+            r["dynamic_sampling/groups_dropped"],
+            r["dynamic_sampling/kept_fraction"],
+        )
+        for r in logged
+    ] == [(2.0, 2.0, 0.5)] * 2
 
 
 @pytest.mark.slow
@@ -127,9 +150,37 @@ def test_dynamic_sampling_cap_raises_a_clear_error(tiny_policy, tmp_path):
 
 @pytest.mark.slow
 def test_dynamic_sampling_off_is_plain_grpo(tiny_policy, tmp_path):
-    trainer = make_trainer(tiny_policy, tmp_path, constant_reward, dynamic_sampling=False, max_steps=1)
+    """dynamic_sampling=False: the same update as TRL's GRPOTrainer on the same seed, config and rewards."""
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    trainer = make_trainer(
+        tiny_policy,
+        tmp_path / "dapo",
+        MixedGroupsReward(parity_reward, 4),
+        dynamic_sampling=False,
+        max_steps=1,
+    )
+    initial = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     assert not any("dynamic_sampling/rounds" in r for r in trainer.state.log_history)
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    tokenizer.padding_side = "left"
+    grpo = GRPOTrainer(
+        model=str(tiny_policy),
+        reward_funcs=MixedGroupsReward(parity_reward, 4),
+        args=GRPOConfig(**{**TRAINER_SETTINGS, "output_dir": str(tmp_path / "grpo"), "max_steps": 1}),
+        train_dataset=trainer.train_dataset,
+        processing_class=tokenizer,
+    )
+    grpo.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), initial[n])]
+    assert changed, "no parameter changed"
+    for name, value in grpo.model.named_parameters():
+        torch.testing.assert_close(trainer.model.get_parameter(name), value, rtol=0, atol=0)
+    losses = [[r["loss"] for r in t.state.log_history if "loss" in r] for t in (trainer, grpo)]
+    assert losses[0] == losses[1] and losses[0]
 
 
 @pytest.mark.slow
@@ -172,6 +223,14 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
         outputs.append(original(self, inputs))
         return outputs[-1]
 
+    rounds = []  # (rows, outcome) of every generation round Cliff judged
+    process_step = trainer.cliff_judge.process_step
+
+    def recording(rows, **kwargs):
+        rounds.append((rows, process_step(rows, **kwargs)))
+        return rounds[-1][1]
+
+    trainer.cliff_judge.process_step = recording
     CliffGRPOTrainer._generate_and_score_completions = spy
     try:
         trainer.train()
@@ -183,14 +242,30 @@ def test_cliff_with_dynamic_sampling_judges_every_kept_group(toy_policy_path, tm
     assert advantages.shape == batch["completion_mask"].shape  # token-level after merging rounds
     assert (advantages * batch["completion_mask"]).abs().sum(dim=1).view(-1, 8).sum(dim=1).gt(0).all()
     logged = trainer.state.log_history[0]
-    assert logged["dynamic_sampling/rounds"] >= 1 and "cliff/groups_cliff" in logged
-    modes = list(trainer._logs["extra"]["cliff_group_mode"])
-    assert len(modes) == len(trainer._logs["completion"]) and set(modes) <= {
-        "cliff",
-        "skipped",
-        "fallback_unverified",
-        "fallback_endpoint",
-    }
+    assert logged["dynamic_sampling/rounds"] == len(rounds) and "cliff/groups_cliff" in logged
+
+    # Each round: every mixed group is judged ("cliff": the rule teacher's reference always verifies), every
+    # uniform one skipped, and the judge is called once per wrong, untruncated rollout of the mixed groups.
+    kept = []  # the groups dynamic sampling keeps: the first mixed ones in generation order
+    judge_calls = []
+    for rows, outcome in rounds:
+        expected_calls = 0
+        for group in sorted(set(rows.group_ids)):
+            members = [i for i, g in enumerate(rows.group_ids) if g == group]
+            verdicts = {rows.is_correct[i] for i in members}
+            mode = {outcome.group_modes[i] for i in members}
+            assert mode == ({"cliff"} if verdicts == {True, False} else {"skipped"}), (verdicts, mode)
+            if verdicts == {True, False}:
+                wrong = [i for i in members if rows.is_correct[i] is False and not rows.is_truncated[i]]
+                expected_calls += len(wrong)
+                kept.append([rows.completions[i] for i in members])
+        assert outcome.counters["judge_calls"] + outcome.counters["judgment_cache_hits"] == expected_calls
+        judge_calls.append(outcome.counters["judge_calls"])
+    assert sum(judge_calls) > 0
+    assert logged["cliff/judge_calls"] == pytest.approx(sum(judge_calls) / len(judge_calls))
+    # The trained batch is made of exactly those kept groups, whole and in order.
+    completions = tokenizer.batch_decode(batch["completion_ids"], skip_special_tokens=True)
+    assert completions == [text for group in kept[:2] for text in group]
     # The card TRL writes on save/push, with the method section and the pass@k model-index (offline).
     summary = {"benchmarks": {"toy": {"pass@k": {"1": 0.3, "8": 0.7}}}}
     (tmp_path / "summary.json").write_text(__import__("json").dumps(summary))
@@ -243,7 +318,11 @@ def test_dynamic_sampling_with_two_processes_keeps_whole_groups(tmp_path):
     for step in range(2):
         local = [r["batches"][step] for r in ranks]
         assert [b["rows"] for b in local] == [6, 6]
-        # Global order: rank 0's rows then rank 1's; every group of 4 has reward variance (non-zero advantages).
+        # Global order: rank 0's rows then rank 1's: whole groups (each 4 consecutive rows share one prompt), and
+        # every group has reward variance (non-zero advantages).
+        prompts = [tuple(row) for row in local[0]["prompts"] + local[1]["prompts"]]
+        groups = [prompts[g : g + 4] for g in range(0, 12, 4)]
+        assert all(len(set(group)) == 1 for group in groups), groups
         advantages = torch.tensor(local[0]["advantages"] + local[1]["advantages"])
         assert (advantages.view(-1, 4).abs().sum(dim=1) > 0).all()
         # num_items_in_batch is the token count of the whole (redistributed) batch, the same on both ranks.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import UniformThenMixedRounds
 
 from hf_meds_cliff.dapo import DynamicSamplingMixin, groups_with_signal
 from hf_meds_cliff.meds.config import MEDSConfig
@@ -90,9 +91,12 @@ def test_memory_holds_exactly_the_rows_dynamic_sampling_keeps(toy_policy_path, t
         dynamic_sampling_max_rounds=20,
         meds_memory_scope=scope,
     )
+    # Each step: a first round of uniform groups (all dropped, their rows generated but not trained on), then a
+    # round of mixed ones (all kept), whatever this machine's warm-up solves.
+    reward = UniformThenMixedRounds(exact_answer_reward, args.num_generations)
     trainer = MEDSGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(toy_policy_path),
-        reward_funcs=[exact_answer_reward],
+        reward_funcs=[reward],
         args=args,
         train_dataset=make_toy_dataset("train", 16, seed=0),
         processing_class=tokenizer,
@@ -122,7 +126,10 @@ def test_memory_holds_exactly_the_rows_dynamic_sampling_keeps(toy_policy_path, t
         MEDSGRPOTrainer._generate_and_score_completions = original_score
 
     logs = [r for r in trainer.state.log_history if "dynamic_sampling/rounds" in r]
-    assert sum(r["dynamic_sampling/groups_dropped"] for r in logs) > 0, "no group was dropped: nothing tested"
+    assert [(r["dynamic_sampling/rounds"], r["dynamic_sampling/groups_dropped"]) for r in logs] == [
+        (2.0, 2.0)
+    ] * 2
+    assert len(generated_featured) == len(reward.rounds) == 4
     if scope == "filtered":
         # Exactly the featured rows of the trained batches: nothing from dropped or trimmed groups.
         assert trainer.meds_memory.num_rows == sum(trained_featured)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import MixedGroupsReward, free_port, mix_script_rewards
 
 from hf_meds_cliff.meds.config import MEDSConfig
 
@@ -78,7 +79,10 @@ def _config(output_dir, **overrides) -> MEDSConfig:
     return MEDSConfig(**values)
 
 
-def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
+def _trainer(policy_path, args, num_prompts=2, memory_groups=None, correctness=exact_answer_reward):
+    """MEDS on ``num_prompts`` toy prompts; the exact reward made to mix every group (``MixedGroupsReward``), so
+    every step has non-zero advantages and every prompt's memory gains a wrong row each round, whatever this
+    machine's warm-up solves."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hf_meds_cliff.meds.trainer import MEDSGRPOTrainer
@@ -94,7 +98,7 @@ def _trainer(policy_path, args, num_prompts=2, memory_groups=None):
         )
     return MEDSGRPOTrainer(
         model=model,
-        reward_funcs=[exact_answer_reward],
+        reward_funcs=[MixedGroupsReward(correctness, args.num_generations)],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -112,34 +116,57 @@ def _assert_penalised_and_logged(trainer, parameters_before, feature_source):
     assert logs[-1]["rewards/meds_penalty/mean"] < 0.0
     assert logs[-1]["meds/frac_with_feature"] > 0.0
 
-    # The penalty (target "wrong") is min(α·log(|C|+1), β) on incorrect completions only.
+    # The penalty (target "wrong") of every row of the last batch, from its cluster size and its correctness:
+    # min(α·log(|C|+1), β) on an incorrect row with a feature, 0 on a correct one and on one without a feature.
     sizes, penalties = trainer.meds_last_cluster_sizes, trainer.meds_last_penalties
-    rows = sizes >= 0
-    expected = -np.minimum(0.1 * np.log(sizes[rows] + 1.0), 0.2)
-    penalised = penalties[rows] != 0
-    assert penalised.any()
-    np.testing.assert_allclose(penalties[rows][penalised], expected[penalised], rtol=1e-6)
-    assert np.all(penalties[~rows] == 0.0)
+    args = trainer.args
+    correctness_name = trainer.reward_func_names[args.meds_correctness_reward_index]
+    is_correct = np.array(list(trainer._logs["rewards"][correctness_name])) >= args.meds_correctness_threshold
+    assert len(is_correct) == len(sizes) == len(penalties)
+    has_feature = sizes >= 0
+    expected = np.where(
+        has_feature & ~is_correct,
+        -np.minimum(args.meds_alpha * np.log(np.maximum(sizes, 0) + 1.0), args.meds_beta),
+        0.0,
+    )
+    assert (expected < 0).any(), "no incorrect row met its memory in the last batch"
+    np.testing.assert_allclose(penalties, expected, rtol=1e-6, atol=0)
     assert trainer.meds_memory.num_rows == sum(int(r["meds/rows"]) for r in logs)
     assert trainer._meds_last_feature_source == feature_source
-    assert all(0.0 <= r["meds/frac_groups_differentiated"] <= 1.0 for r in logs)
-    assert all(r["meds/advantage_shift"] >= 0.0 for r in logs)
+
+    # A group is differentiated when its wrong rows got different penalties; only then can MEDS move advantages
+    # under group scaling, and then it must.
+    groups = np.arange(len(penalties)) // trainer.num_generations
+    differentiated = [
+        np.ptp(penalties[(groups == g) & ~is_correct]) > 1e-9
+        if ((groups == g) & ~is_correct).sum() > 1
+        else False
+        for g in np.unique(groups)
+    ]
+    assert logs[-1]["meds/frac_groups_differentiated"] == pytest.approx(np.mean(differentiated))
+    for record in logs:
+        if record["meds/frac_groups_differentiated"] > 0:
+            assert record["meds/advantage_shift"] > 0.0, record
 
     # The diagnostics' advantage formula reproduces TRL's own advantages of the last generation batch.
     from hf_meds_cliff.meds.diagnostics import trl_advantages
 
     columns = np.array([list(trainer._logs["rewards"][name]) for name in trainer.reward_func_names]).T
-    np.testing.assert_allclose(
-        trl_advantages(
-            columns,
-            trainer.reward_weights.numpy(),
-            np.arange(len(columns)) // trainer.num_generations,
-            trainer.scale_rewards,
-        ),
-        list(trainer._logs["advantages"]),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    group_ids = np.arange(len(columns)) // trainer.num_generations
+    weights = trainer.reward_weights.numpy()
+    with_penalty = trl_advantages(columns, weights, group_ids, trainer.scale_rewards)
+    np.testing.assert_allclose(with_penalty, list(trainer._logs["advantages"]), rtol=1e-5, atol=1e-5)
+    # ... so the advantage shift of the last batch is TRL's advantages with and without the penalty column.
+    without = columns.copy()
+    without[:, trainer.reward_func_names.index("meds_penalty")] = 0.0
+    shift = np.abs(with_penalty - trl_advantages(without, weights, group_ids, trainer.scale_rewards)).mean()
+    assert logs[-1]["meds/advantage_shift"] == pytest.approx(shift, rel=1e-5, abs=1e-6)
+    if (
+        trainer.scale_rewards != "group"
+    ):  # no group std to absorb it: a penalised mixed group moves advantages
+        for record in logs:
+            if record["meds/frac_penalized"] > 0:
+                assert record["meds/advantage_shift"] > 0.0, record
 
     changed = [
         n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), parameters_before[n])
@@ -148,7 +175,7 @@ def _assert_penalised_and_logged(trainer, parameters_before, feature_source):
 
 
 @pytest.mark.slow
-def test_train_meds_script_grpo_end_to_end(toy_policy_path, tmp_path):
+def test_train_meds_script_grpo_end_to_end(toy_policy_path, tmp_path, monkeypatch):
     """scripts/train_meds.py (toy recipe, loss grpo, 2 steps): penalties applied, outputs written."""
     import importlib.util
 
@@ -156,6 +183,7 @@ def test_train_meds_script_grpo_end_to_end(toy_policy_path, tmp_path):
 
     from hf_meds_cliff.script_utils import parse_script_args
 
+    mix_script_rewards(monkeypatch)  # the test is about the script, not about what this policy solves
     spec = importlib.util.spec_from_file_location("train_meds", REPO_ROOT / "scripts" / "train_meds.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
@@ -176,11 +204,61 @@ def test_train_meds_script_grpo_end_to_end(toy_policy_path, tmp_path):
 
 @pytest.mark.slow
 def test_dr_grpo_with_two_iterations_reuses_trl_forward(toy_policy_path, tmp_path):
-    """num_iterations=2: TRL runs its old-log-prob forward, and the features come from it (hooks)."""
+    """num_iterations=2: TRL runs its old-log-prob forward, and the features come from it (hooks): they equal
+    MEDS's own forward over the same prompts and completions on the same weights."""
+    from hf_meds_cliff.meds.features import answer_logit_features
+
     trainer = _trainer(toy_policy_path, _config(tmp_path, loss_type="dr_grpo", num_iterations=2, max_steps=4))
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    recomputed = []
+    local_features = trainer._meds_local_features
+
+    def features_and_recomputation(completion_ids_list):
+        # Called after TRL's forward and before any optimizer step of this batch: the weights of that forward.
+        prompt_ids, locations = list(trainer._meds_prompt_ids), list(trainer._meds_locations)
+        features, has_feature, source = local_features(completion_ids_list)
+        with torch.no_grad():
+            again, again_has_feature, _ = answer_logit_features(
+                trainer.model, prompt_ids, completion_ids_list, locations, trainer._meds_layer_indices,
+                pad_token_id=trainer.processing_class.pad_token_id, logit_lens=trainer.args.meds_logit_lens,
+                use_layer_diff=trainer.args.meds_use_layer_diff,
+            )  # fmt: skip
+        recomputed.append((source, features, has_feature, again, again_has_feature))
+        return features, has_feature, source
+
+    trainer._meds_local_features = features_and_recomputation
+    trainer.train()
+    _assert_penalised_and_logged(trainer, before, "captured")
+    assert len(recomputed) == 2  # 4 steps, a generation every 2 (num_iterations=2)
+    for source, features, has_feature, again, again_has_feature in recomputed:
+        assert source == "captured"
+        assert has_feature.any() and torch.equal(has_feature, again_has_feature)
+        torch.testing.assert_close(features[has_feature], again[has_feature], rtol=1e-4, atol=1e-5)
+
+
+def solves_everything(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def solves_nothing(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verdict", [solves_everything, solves_nothing])
+def test_trainer_set_up_has_signal_whatever_the_policy_solves(toy_policy_path, tmp_path, verdict):
+    """The guard of issue 18: the set-up above gives learning signal even where the policy's groups are all right or
+    all wrong (a warm-up that stopped much later or earlier than this machine's): the dr_grpo run's checks hold."""
+    trainer = _trainer(
+        toy_policy_path,
+        _config(tmp_path, loss_type="dr_grpo", num_iterations=2, max_steps=4),
+        correctness=verdict,
+    )
     before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     trainer.train()
     _assert_penalised_and_logged(trainer, before, "captured")
+    reward = trainer.reward_funcs[0]
+    assert reward.flipped == 2 * 2  # every group of both generation rounds was uniform, and made mixed
 
 
 @pytest.mark.slow
@@ -255,7 +333,7 @@ def test_two_processes_match_one_process(toy_policy_path, tmp_path):
     out = tmp_path / "np2"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [
-        torchrun, "--nproc_per_node", "2", "--master_port", "29612", str(DRIVER),
+        torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(DRIVER),
         "--policy", str(toy_policy_path), "--output_dir", str(out), "--train",
     ]  # fmt: skip
     completed = subprocess.run(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import load_script, needs_qwen_tokenizer
+from helpers import load_script, mix_script_rewards, needs_qwen_tokenizer
 
 pytestmark = [
     pytest.mark.slow,
@@ -130,9 +130,13 @@ def test_train_grpo_on_dapo_math_as_verl_stores_it(qwen_world_path, data_files, 
     assert len(trainer.processing_class) > 150_000  # the real Qwen vocabulary
 
 
-def test_train_meds_on_math_finds_features_and_penalises(qwen_world_path, data_files, tmp_path):
+def test_train_meds_on_math_finds_features_and_penalises(qwen_world_path, data_files, tmp_path, monkeypatch):
     from hf_meds_cliff.meds.config import MEDSConfig
     from hf_meds_cliff.script_utils import parse_script_args
+
+    mix_script_rewards(
+        monkeypatch
+    )  # a wrong rollout per prompt every step, whatever this machine's warm-up solves
 
     script = load_script("train_meds")
     argv = [
@@ -155,7 +159,10 @@ def test_train_meds_on_math_finds_features_and_penalises(qwen_world_path, data_f
     assert trainer.meds_memory.num_rows > 0 and (tmp_path / "meds_memory").is_dir()
 
 
-def test_train_cliff_on_aime_style_data_with_a_local_teacher(qwen_world_path, data_files, tmp_path):
+def test_train_cliff_on_aime_style_data_with_a_local_teacher(
+    qwen_world_path, data_files, tmp_path, monkeypatch
+):
+    mix_script_rewards(monkeypatch)  # every group mixed: judged wherever the teacher's reference verifies
     script = load_script("train_cliff")
     argv = [
         *_common(qwen_world_path, tmp_path),

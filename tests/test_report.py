@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import write_half_solved_toy_data
 
 from hf_meds_cliff import cli
 from hf_meds_cliff.meds.memory import ErrorMemory, RowSnippet
@@ -235,9 +236,11 @@ def short_toy_runs(toy_policy_path, tmp_path_factory) -> tuple[Path, Path]:
 
     root = tmp_path_factory.mktemp("toy_runs")
     meds_dir, cliff_dir = root / "meds", root / "cliff"
-    # No --model_name_or_path: the toy recipe's `toy` model, the cached policy the fixture made sure exists.
+    # No --model_name_or_path: the toy recipe's `toy` model, the policy the fixture made sure exists. The data: 4 toy
+    # problems this policy is measured to half-solve, so there are wrong clusters and judged rollouts to show.
+    data = write_half_solved_toy_data(toy_policy_path, 4, root / "half_solved.jsonl")
     small = [
-        "--max_steps", "2", "--toy_train_size", "4",
+        "--max_steps", "2", *data,
         "--per_device_train_batch_size", "32", "--gradient_checkpointing", "false",
     ]  # fmt: skip
     assert cli.main(["meds", *small, "--output_dir", str(meds_dir)]) == 0  # through accelerate launch

@@ -254,3 +254,23 @@ def test_warmup_shows_progress_with_held_out_accuracy_and_no_deprecation_warning
         json.loads((shown / "warmup_metrics.json").read_text())["cache_key"]
         == json.loads((hidden / "warmup_metrics.json").read_text())["cache_key"]
     )
+
+
+def test_toy_policy_variable_names_another_warmed_up_policy(tmp_path, monkeypatch):
+    """``$HF_MEDS_CLIFF_TOY_POLICY`` replaces the cached warm-up wherever ``toy`` is resolved (fixture and scripts)."""
+    from hf_meds_cliff.dapo import DAPOConfig
+    from hf_meds_cliff.script_utils import parse_script_args, resolve_model_path
+    from hf_meds_cliff.toy import toy_policy
+
+    (tmp_path / "warmup_metrics.json").write_text("{}")
+    monkeypatch.setenv("HF_MEDS_CLIFF_TOY_POLICY", str(tmp_path))
+    assert toy_policy(seed=3) == tmp_path
+    script_args, _, model_args = parse_script_args(DAPOConfig, "grpo", argv=[])
+    assert model_args.model_name_or_path == "toy" and resolve_model_path(script_args, model_args) == str(
+        tmp_path
+    )
+    monkeypatch.setenv("HF_MEDS_CLIFF_TOY_POLICY", str(tmp_path / "missing"))
+    with pytest.raises(
+        ValueError, match=r"HF_MEDS_CLIFF_TOY_POLICY='.*missing' is not a warmed-up toy policy.*--seed 1"
+    ):
+        toy_policy()

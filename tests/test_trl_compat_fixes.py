@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from helpers import MixedGroupsReward
 from trl import GRPOConfig
 
 from hf_meds_cliff import CliffConfig, MEDSConfig
@@ -77,7 +78,9 @@ def test_meds_leaves_none_correctness_rows_unscored(toy_policy_path, tmp_path, c
         scores = correct(completions, answer)
         return [None if i % 4 in (1, 2) else s for i, s in enumerate(scores)]
 
-    trainer = _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(partly_graded,))
+    # Rows 0 and 3 of each group made to differ: each prompt's memory gains a wrong graded row every step, so the
+    # second step is penalised whatever this machine's warm-up solves.
+    trainer = _meds_trainer(toy_policy_path, tmp_path, reward_funcs=(MixedGroupsReward(partly_graded, 4),))
     with caplog.at_level(logging.WARNING):
         trainer.train()
     ungraded = np.array([i % 4 in (1, 2) for i in range(8)])

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+from helpers import MixedGroupsReward, half_solved_toy_problems, measured_toy_accuracy
 
 pytestmark = pytest.mark.slow
 
@@ -68,8 +69,8 @@ SETTINGS: dict[str, dict] = {
     "lora": {"peft": True, "learning_rate": 1e-2},
     "scale_rewards_batch": {"scale_rewards": "batch"},
     "scale_rewards_none": {"scale_rewards": "none"},
-    # 44 tokens cut the longest toy solutions (29-45 tokens) short, some after their \boxed{
-    "mask_truncated": {"mask_truncated_completions": True, "max_completion_length": 44},
+    # max_completion_length and the questions: see user_questions
+    "mask_truncated": {"mask_truncated_completions": True, "shuffle_dataset": False},
     "two_rewards": {"two_rewards": True, "reward_weights": [1.0, 0.5]},
     "resume": {"resume": True, "save_strategy": "steps", "save_steps": 2},
 }
@@ -91,17 +92,54 @@ FAST_CELLS = {
 # What the user brings: data, reward functions, and (for Cliff) a teacher for their data.
 # ------------------------------------------------------------------------------------------------
 
-QUESTIONS = {"Compute (9 - 4) * 3 + 6.": "21"}
-"""One question the toy policy gets right about 1 time in 3: groups are mixed and it recurs every step, so the
-MEDS memory meets it again in the second generation round whatever order TRL's sampler draws."""
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
 
-def user_dataset():
-    """The question(s), repeated: enough rows for any generation batch of the matrix."""
+def user_questions(policy, setting: dict) -> list[tuple[str, str]]:
+    """The user's question(s) and answers, picked for this toy policy (the warm-up stops elsewhere on every machine).
+
+    One question the policy is measured to solve about half of the time (``half_solved_toy_problems``): groups are
+    mixed and it recurs every step, so the MEDS memory meets it again in the second generation round whatever
+    order TRL's sampler draws. The ``mask_truncated`` cell takes a short question the policy often gets wrong and
+    the question of the pool with the longest worked solution, alternating (``shuffle_dataset=False``), and cuts completions 2
+    tokens before the long one's solution ends (after its ``\\boxed{``): every round has completions that finish
+    (MEDS features) and completions truncated after their ``\\boxed{``.
+    """
+    if not setting.get("mask_truncated_completions"):
+        (problem,) = half_solved_toy_problems(policy, 1)
+        return [(problem.question, str(problem.answer))]
+    lengths = _solution_lengths(policy)
+    measured = measured_toy_accuracy(str(policy))
+    # The shortest solution among the problems the policy gets wrong at least a quarter of the time (wrong rollouts
+    # that finish, for MEDS's memory and Cliff's teacher), the longest of the pool.
+    short = min((p for p, accuracy in measured if accuracy <= 0.75), key=lambda p: lengths[p.question])
+    long = max((p for p, _ in measured), key=lambda p: lengths[p.question])
+    return [(short.question, str(short.answer)), (long.question, str(long.answer))]
+
+
+def _solution_lengths(policy) -> dict[str, int]:
+    """Tokens of each pool problem's worked solution (without eos)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    problems = [p for p, _ in measured_toy_accuracy(str(policy))]
+    return {p.question: len(tokenizer(p.solution, add_special_tokens=False)["input_ids"]) for p in problems}
+
+
+def truncating_length(policy, questions: list[tuple[str, str]]) -> int:
+    """``max_completion_length`` of the ``mask_truncated`` cell: 2 tokens short of the long question's solution,
+    and at least 8 tokens of room after the short one's solution and eos."""
+    lengths = _solution_lengths(policy)
+    short, long = (lengths[q] for q, _ in questions)
+    assert long - 2 >= short + 1 + 8, f"no room between the solutions' lengths {short} and {long}"
+    return long - 2
+
+
+def user_dataset(questions: list[tuple[str, str]]):
+    """The question(s), repeated (alternating): enough rows for any generation batch of the matrix."""
     from datasets import Dataset
 
-    rows = [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in QUESTIONS.items()]
+    rows = [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in questions]
     return Dataset.from_list(rows * 64)
 
 
@@ -187,6 +225,9 @@ def _build(kind: str, policy, output_dir, setting: dict, max_steps: int | None =
     use_peft = options.pop("peft", False)
     two_rewards = options.pop("two_rewards", False)
     options.pop("resume", None)
+    questions = user_questions(policy, setting)
+    if setting.get("mask_truncated_completions"):
+        options["max_completion_length"] = truncating_length(policy, questions)
     values = {**BASE, "output_dir": str(output_dir), **options}
     probe = GRPOConfig(**{**values, "max_steps": 1})
     # At least two generation rounds: MEDS's memory is empty in the first.
@@ -195,11 +236,14 @@ def _build(kind: str, policy, output_dir, setting: dict, max_steps: int | None =
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(policy)
     lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"])
-    reward_funcs = [correct, brevity] if two_rewards else [correct]
+    # The user's reward, made to mix every group (tests/helpers.py): every cell has learning signal, and every round
+    # a wrong rollout per group for MEDS's memory and Cliff's teacher, whatever this machine's warm-up samples.
+    user_correct = MixedGroupsReward(correct, values["num_generations"])
+    reward_funcs = [user_correct, brevity] if two_rewards else [user_correct]
     common = {
         "model": model,
         "reward_funcs": reward_funcs,
-        "train_dataset": user_dataset(),
+        "train_dataset": user_dataset(questions),
         "processing_class": tokenizer,
         "peft_config": lora if use_peft else None,
     }

@@ -304,8 +304,8 @@ def is_toy(value: str | None) -> bool:
 
 
 def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) -> str:
-    """Path or Hub id of the policy: the cached warmed-up toy policy for ``toy``/None (the code world's with
-    ``--domain code``), else as given.
+    """Path or Hub id of the policy: the warmed-up toy policy for ``toy``/None (``$HF_MEDS_CLIFF_TOY_POLICY`` or the
+    cached warm-up, see :func:`hf_meds_cliff.toy.toy_policy`; the code world's with ``--domain code``), else as given.
 
     A value that looks like a local path (starts with ``.``, ``/`` or ``~``) must exist.
     """
@@ -315,9 +315,9 @@ def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) 
 
         return str(warmup_code_world(seed=script_args.toy_seed))
     if is_toy(name):
-        from .toy import warmup_toy_model
+        from .toy import toy_policy
 
-        return str(warmup_toy_model(seed=script_args.toy_seed))
+        return str(toy_policy(seed=script_args.toy_seed))
     expanded = os.path.expanduser(name)
     if name.startswith((".", "/", "~")) and not os.path.exists(expanded):
         raise ValueError(

@@ -64,6 +64,11 @@ def main(out_path: str) -> None:
                 {
                     "rows": int(output["completion_ids"].shape[0]),
                     "advantages": output["advantages"].tolist(),
+                    # Each row's prompt tokens (padding dropped): the test checks the groups are whole.
+                    "prompts": [
+                        ids[mask.bool()].tolist()
+                        for ids, mask in zip(output["prompt_ids"], output["prompt_mask"])
+                    ],
                     "num_items_in_batch": float(output["num_items_in_batch"]),
                     "mask_sum": float(output["completion_mask"].sum()),
                 }

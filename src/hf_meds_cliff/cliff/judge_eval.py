@@ -348,11 +348,11 @@ def toy_labelled_items(
         raise ValueError(f"count={count!r} must be a positive integer.")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..toy import first_mistake_index, iter_problems, warmup_toy_model
+    from ..toy import first_mistake_index, iter_problems, toy_policy
     from ..toy.warmup import generate_completions
     from .sentences import split_sentences
 
-    folder = model_path or str(warmup_toy_model())
+    folder = model_path or str(toy_policy())
     model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     problems = iter_problems("test", seed, stream_name="judge-eval")

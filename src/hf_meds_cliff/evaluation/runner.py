@@ -306,11 +306,12 @@ class EvalArguments:
 
 
 def resolve_model_path(args: EvalArguments) -> str:
-    """The model to load: the cached warmed-up toy policy for ``toy``, else ``model_name_or_path``."""
+    """The model to load: the warmed-up toy policy for ``toy`` (:func:`hf_meds_cliff.toy.toy_policy`), else
+    ``model_name_or_path``."""
     if args.model_name_or_path == TOY_MODEL:
-        from ..toy import warmup_toy_model
+        from ..toy import toy_policy
 
-        return str(warmup_toy_model(seed=args.toy_seed))
+        return str(toy_policy(seed=args.toy_seed))
     return args.model_name_or_path
 
 

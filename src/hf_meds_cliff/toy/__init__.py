@@ -21,7 +21,7 @@ from .task import (
     question_split,
 )
 from .tokenizer import build_toy_tokenizer
-from .warmup import WarmupSettings, boxed_integer, evaluate_policy, warmup_toy_model
+from .warmup import WarmupSettings, boxed_integer, evaluate_policy, toy_policy, warmup_toy_model
 
 __all__ = [
     "CodeProblem",
@@ -49,6 +49,7 @@ __all__ = [
     "problem_id",
     "question_split",
     "toy_generation_config",
+    "toy_policy",
     "warmup_code_world",
     "warmup_toy_model",
 ]

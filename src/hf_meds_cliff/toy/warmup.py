@@ -53,6 +53,7 @@ WARMUP_CODE_VERSION = 1
 
 METRICS_FILE = "warmup_metrics.json"
 CACHE_ENV_VARIABLE = "HF_MEDS_CLIFF_CACHE"
+POLICY_ENV_VARIABLE = "HF_MEDS_CLIFF_TOY_POLICY"
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,26 @@ def default_cache_root() -> Path:
     """``$HF_MEDS_CLIFF_CACHE`` or ``~/.cache/hf_meds_cliff``."""
     root = os.environ.get(CACHE_ENV_VARIABLE)
     return Path(root).expanduser() if root else Path.home() / ".cache" / "hf_meds_cliff"
+
+
+def toy_policy(seed: int = 0) -> Path:
+    """The folder the model name ``toy`` stands for: ``$HF_MEDS_CLIFF_TOY_POLICY`` when set (a warm-up written with
+    ``--output_dir``, e.g. from another seed or on another machine; ``seed`` is then not used), else the cached
+    warm-up of ``seed`` (:func:`warmup_toy_model`, built on first use).
+
+    Where the warm-up stops differs between machines, so pointing the variable at another warm-up runs the scripts
+    and the test suite against another toy policy.
+    """
+    chosen = os.environ.get(POLICY_ENV_VARIABLE)
+    if not chosen:
+        return warmup_toy_model(seed=seed)
+    path = Path(chosen).expanduser()
+    if not (path / METRICS_FILE).is_file():
+        raise ValueError(
+            f"{POLICY_ENV_VARIABLE}={chosen!r} is not a warmed-up toy policy (no {METRICS_FILE} in it); write one with "
+            f"`python -m hf_meds_cliff.toy.warmup --output_dir {chosen} --seed 1`, or unset the variable."
+        )
+    return path
 
 
 def warmup_toy_model(
