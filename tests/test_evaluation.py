@@ -413,7 +413,9 @@ def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypat
         str(tmp_path / "cmp"),
     ]
     monkeypatch.setattr(sys, "argv", argv)
-    runpy.run_path(str(script), run_name="__main__")
+    with pytest.raises(SystemExit) as exited:  # the script exits with the command's status, as a CLI does
+        runpy.run_path(str(script), run_name="__main__")
+    assert exited.value.code == 0
     assert (tmp_path / "cmp" / "compare_passk.png").read_bytes().startswith(PNG_MAGIC)
     with (tmp_path / "cmp" / "compare_passk.csv").open() as handle:
         assert [row["model"] for row in csv.DictReader(handle)] == ["toy", "toy-after"]
