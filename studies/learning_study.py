@@ -379,9 +379,10 @@ def decide(results: Path, candidates) -> dict:
         }
         row["passes"] = row["complete"] and all(row["rule"].values())
         rows.append(row)
+    complete = all(r["complete"] for r in rows)
     passing = [r for r in rows if r["passes"]]
     chosen = None
-    if passing:  # the largest mean gain; within 1 point of it, the fewest steps (then the larger gain)
+    if passing and complete:  # no choice before every candidate has all its seeds  # the largest mean gain; within 1 point of it, the fewest steps (then the larger gain)
         best = max(r["mean_pass1_gain"] for r in passing)
         near = [r for r in passing if r["mean_pass1_gain"] >= best - 0.01 - 1e-9]
         chosen = min(near, key=lambda r: (r["config"]["steps"], -r["mean_pass1_gain"]))["candidate"]
@@ -393,7 +394,7 @@ def decide(results: Path, candidates) -> dict:
             "max_run_minutes": MAX_RUN_MINUTES,
         },
         "candidates": rows,
-        "complete": all(r["complete"] for r in rows),
+        "complete": complete,
         "chosen": chosen,
     }
 

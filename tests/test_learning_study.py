@@ -63,7 +63,7 @@ def test_stage1_rule_by_hand(tmp_path):
     # an incomplete candidate means no decision yet
     (tmp_path / f"stage1-{c.name}-seed4.json").unlink()
     decision = study.decide(tmp_path, study.CANDIDATES)
-    assert not decision["complete"]
+    assert not decision["complete"] and decision["chosen"] is None  # d passes, but c is not finished
 
 
 def test_candidates_are_the_preregistered_ones():
