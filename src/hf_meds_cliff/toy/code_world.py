@@ -27,7 +27,6 @@ CLI::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import time
@@ -43,11 +42,13 @@ from .model import ToyModelConfig, build_toy_model
 from .tokenizer import TOKENIZER_VERSION, build_toy_tokenizer
 from .warmup import (
     METRICS_FILE,
-    _torch_threads,
+    POSITIVE_SETTINGS,
     _warmup_progress_bar,
-    build_cached,
-    default_cache_root,
+    build_warmup,
+    check_settings_names,
     generate_completions,
+    require_positive,
+    settings_cache_key,
     supervised_warmup_loop,
 )
 
@@ -150,17 +151,7 @@ class CodeWarmupSettings:
     )
 
     def __post_init__(self) -> None:
-        for name in (
-            "batch_size",
-            "max_steps",
-            "eval_every_steps",
-            "num_validation_problems",
-            "num_test_problems",
-            "num_samples",
-            "max_new_tokens",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        require_positive(self, POSITIVE_SETTINGS)
         if not self.learning_rate > 0 or not self.time_budget_s > 0 or not self.temperature > 0:
             raise ValueError(
                 f"learning_rate ({self.learning_rate}), time_budget_s ({self.time_budget_s}) and temperature "
@@ -176,15 +167,9 @@ class CodeWarmupSettings:
         return values
 
     def cache_key(self) -> str:
-        settings = self.to_dict()
-        del settings["time_budget_s"]  # runs stopped by it are never reused
-        payload = {
-            "settings": settings,
-            "code": CODE_WORLD_CODE_VERSION,
-            "tokenizer": [TOKENIZER_VERSION, list(CODE_WORD_TOKENS)],
-        }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+        return settings_cache_key(
+            self.to_dict(), CODE_WORLD_CODE_VERSION, [TOKENIZER_VERSION, list(CODE_WORD_TOKENS)]
+        )
 
 
 def warmup_code_world(
@@ -201,21 +186,11 @@ def warmup_code_world(
         A folder loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (set ``padding_side="left"`` after
         loading), with ``warmup_metrics.json``.
     """
-    unknown = set(settings) - set(CodeWarmupSettings.__dataclass_fields__)
-    if unknown:
-        raise TypeError(
-            f"Unknown code-world warm-up setting(s) {sorted(unknown)}; valid ones: "
-            f"{sorted(CodeWarmupSettings.__dataclass_fields__)}."
-        )
+    check_settings_names(CodeWarmupSettings, settings, "code-world warm-up")
     config = CodeWarmupSettings(**settings)
-    key = config.cache_key()
-    target = Path(output_dir) if output_dir is not None else default_cache_root() / "code_world" / key
-
-    def build(staging: Path) -> None:
-        with _torch_threads(num_threads):
-            _train_and_save(config, key, staging)
-
-    return build_cached(target, key, build, what="code-world warm-up")
+    return build_warmup(
+        config, output_dir, "code_world", _train_and_save, num_threads=num_threads, what="code-world warm-up"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
