@@ -52,6 +52,7 @@ from .model import ToyModelConfig, build_toy_model, seeded_qwen3, toy_generation
 from .warmup import (
     METRICS_FILE,
     POSITIVE_SETTINGS,
+    _learning_rate_factor,  # the toy warm-up's schedule: linear warm-up, then cosine to min_lr_ratio
     build_warmup,
     check_settings_names,
     require_positive,
@@ -527,14 +528,6 @@ def evaluate_math_world(
 
 # ---------------------------------------------------------------------------------------------------
 # Training.
-
-
-def _learning_rate_factor(step: int, settings: QwenWorldSettings) -> float:
-    if step < settings.lr_warmup_steps:
-        return (step + 1) / settings.lr_warmup_steps
-    span = max(1, settings.max_steps - settings.lr_warmup_steps)
-    progress = min(1.0, (step - settings.lr_warmup_steps) / span)
-    return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def compact_loss(model, batch: dict[str, Any], vocabulary: CompactVocabulary):

@@ -515,6 +515,8 @@ def greedy_accuracy(model, tokenizer, problems: Sequence[ToyProblem], max_new_to
 
 
 def _learning_rate_factor(step: int, settings: WarmupSettings) -> float:
+    """Linear warm-up over ``lr_warmup_steps``, then cosine decay to ``min_lr_ratio`` at ``max_steps`` (also the
+    Qwen-tokenizer world's schedule: any settings with those three fields)."""
     if step < settings.lr_warmup_steps:
         return (step + 1) / settings.lr_warmup_steps
     progress = min(
