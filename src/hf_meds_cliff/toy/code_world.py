@@ -50,6 +50,7 @@ from .warmup import (
     require_positive,
     settings_cache_key,
     supervised_warmup_loop,
+    warmup_metrics,
 )
 
 logger = logging.getLogger(__name__)
@@ -301,9 +302,6 @@ def evaluate_code_policy(
 
 
 def _train_and_save(settings: CodeWarmupSettings, key: str, folder: Path) -> None:
-    import torch
-    import transformers
-
     tokenizer = build_code_tokenizer()
     model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
     validation_stream = iter_code_problems(
@@ -357,29 +355,17 @@ def _train_and_save(settings: CodeWarmupSettings, key: str, folder: Path) -> Non
             settings.target_greedy_accuracy,
             test_metrics["pass@1"],
         )
-    metrics = {
-        "cache_key": key,
-        "code_version": CODE_WORLD_CODE_VERSION,
-        "steps": loop.steps,
-        "stop_reason": loop.stop_reason,
-        "train_seconds": round(loop.train_seconds, 2),
-        "stop_rule_eval_seconds": round(loop.stop_rule_eval_seconds, 2),
-        "final_eval_seconds": round(final_eval_seconds, 2),
-        "final_loss": loop.final_loss,
-        "torch_threads": torch.get_num_threads(),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "test_split": {
-            "seed": settings.seed,
-            "num_problems": len(test_problems),
-            "num_samples": settings.num_samples,
-            "temperature": settings.temperature,
-            "judged_by": "sandbox",
-            **test_metrics,
-        },
-        "validation_history": loop.history,
-        "settings": settings.to_dict(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-    }
+    metrics = warmup_metrics(
+        settings,
+        key,
+        CODE_WORLD_CODE_VERSION,
+        loop,
+        final_eval_seconds,
+        model,
+        test_problems,
+        test_metrics,
+        judged_by="sandbox",
+    )
     logger.info(
         "Code-world warm-up done: %s",
         {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics,

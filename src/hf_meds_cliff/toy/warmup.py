@@ -623,10 +623,49 @@ def supervised_warmup_loop(
     return WarmupLoopResult(step, stop_reason, history, loss_value, train_seconds, eval_seconds)
 
 
-def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
+def warmup_metrics(
+    settings: Any,
+    key: str,
+    code_version: int,
+    loop: WarmupLoopResult,
+    final_eval_seconds: float,
+    model,
+    test_problems: Sequence[Any],
+    test_metrics: dict[str, float],
+    **test_split: Any,
+) -> dict[str, Any]:
+    """What the toy and code worlds' warm-ups write to ``warmup_metrics.json``: the cache key, the loop's steps,
+    stop reason, timings and stop-rule history, the test-split metrics (after the extra ``test_split`` fields),
+    the settings and the library versions."""
     import torch
     import transformers
 
+    return {
+        "cache_key": key,
+        "code_version": code_version,
+        "steps": loop.steps,
+        "stop_reason": loop.stop_reason,
+        "train_seconds": round(loop.train_seconds, 2),
+        "stop_rule_eval_seconds": round(loop.stop_rule_eval_seconds, 2),
+        "final_eval_seconds": round(final_eval_seconds, 2),
+        "final_loss": loop.final_loss,
+        "torch_threads": torch.get_num_threads(),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "test_split": {
+            "seed": settings.seed,
+            "num_problems": len(test_problems),
+            "num_samples": settings.num_samples,
+            "temperature": settings.temperature,
+            **test_split,
+            **test_metrics,
+        },
+        "validation_history": loop.history,
+        "settings": settings.to_dict(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+
+
+def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     tokenizer = build_toy_tokenizer()
     model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
     validation_stream = iter_problems(
@@ -651,8 +690,7 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
         lambda: greedy_accuracy(model, tokenizer, validation, settings.max_new_tokens),
         progress,
     )
-    step, stop_reason, history, loss_value = loop.steps, loop.stop_reason, loop.history, loop.final_loss
-    train_seconds, eval_seconds = loop.train_seconds, loop.stop_rule_eval_seconds
+    step, stop_reason, history = loop.steps, loop.stop_reason, loop.history
 
     test_stream = iter_problems("test", settings.seed, settings.task)
     test_problems = [next(test_stream) for _ in range(settings.num_test_problems)]
@@ -685,28 +723,9 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
             settings.target_greedy_accuracy,
             test_metrics["pass@1"],
         )
-    metrics = {
-        "cache_key": key,
-        "code_version": WARMUP_CODE_VERSION,
-        "steps": step,
-        "stop_reason": stop_reason,
-        "train_seconds": round(train_seconds, 2),
-        "stop_rule_eval_seconds": round(eval_seconds, 2),
-        "final_eval_seconds": round(final_eval_seconds, 2),
-        "final_loss": loss_value,
-        "torch_threads": torch.get_num_threads(),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "test_split": {
-            "seed": settings.seed,
-            "num_problems": len(test_problems),
-            "num_samples": settings.num_samples,
-            "temperature": settings.temperature,
-            **test_metrics,
-        },
-        "validation_history": history,
-        "settings": settings.to_dict(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-    }
+    metrics = warmup_metrics(
+        settings, key, WARMUP_CODE_VERSION, loop, final_eval_seconds, model, test_problems, test_metrics
+    )
     logger.info(
         "Toy warm-up done: %s",
         {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics,
