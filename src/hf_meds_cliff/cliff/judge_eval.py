@@ -328,6 +328,35 @@ def _limit_per_split(items: list[LabelledItem], limit: int | None) -> list[Label
     return kept
 
 
+def _new_sampled_steps(text: str, seen: set[str]) -> list[str] | None:
+    """The sentences of a sampled completion (:func:`~hf_meds_cliff.cliff.split_sentences`, the units the Cliff
+    trainer numbers), recording ``text`` in ``seen``; None for a completion already seen, without sentences, or
+    with a blank one."""
+    from .sentences import split_sentences
+
+    steps = [text[start:end] for start, end in split_sentences(text)]
+    if text in seen or not steps or any(not step.strip() for step in steps):
+        return None
+    seen.add(text)
+    return steps
+
+
+def _sampled_item(
+    split: str, index: int, problem: str, steps: list[str], mistake: int | None, answer: str, generator: str
+) -> LabelledItem:
+    """The labelled item ``<split>-<index>`` of a sampled completion whose first mistake is ``mistake``."""
+    return LabelledItem(
+        id=f"{split}-{index}",
+        problem=problem,
+        steps=steps,
+        label=NO_MISTAKE if mistake is None else mistake,
+        split=split,
+        answer=answer,
+        generator=generator,
+        final_answer_correct=mistake is None,
+    )
+
+
 def toy_labelled_items(
     count: int = 64,
     *,
@@ -350,7 +379,6 @@ def toy_labelled_items(
 
     from ..toy import first_mistake_index, iter_problems, toy_policy
     from ..toy.warmup import generate_completions
-    from .sentences import split_sentences
 
     folder = model_path or str(toy_policy())
     model = AutoModelForCausalLM.from_pretrained(folder)
@@ -373,22 +401,13 @@ def toy_labelled_items(
         round_index += 1
         for problem, samples in zip(batch, completions):
             for text in samples:
-                spans = split_sentences(text)
-                steps = [text[start:end] for start, end in spans]
-                if text in seen or not steps or any(not s.strip() for s in steps):
+                steps = _new_sampled_steps(text, seen)
+                if steps is None:
                     continue
-                seen.add(text)
                 mistake = first_mistake_index(problem.question, text)
                 items.append(
-                    LabelledItem(
-                        id=f"toy-{len(items)}",
-                        problem=problem.question,
-                        steps=steps,
-                        label=NO_MISTAKE if mistake is None else mistake,
-                        split="toy",
-                        answer=str(problem.answer),
-                        generator="toy-policy",
-                        final_answer_correct=mistake is None,
+                    _sampled_item(
+                        "toy", len(items), problem.question, steps, mistake, str(problem.answer), "toy-policy"
                     )
                 )
                 if len(items) == count:
@@ -447,7 +466,6 @@ def qwen_world_labelled_items(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..toy.qwen_world import generate_solutions, math_world_problems, warmup_qwen_world
-    from .sentences import split_sentences
 
     folder = model_path or str(warmup_qwen_world())
     model = AutoModelForCausalLM.from_pretrained(folder)
@@ -470,18 +488,21 @@ def qwen_world_labelled_items(
         cursor += len(batch)
         for problem, samples in zip(batch, completions):
             for text in samples:
-                steps = [text[start:end] for start, end in split_sentences(text)]
-                if text in seen or not steps or any(not step.strip() for step in steps):
+                steps = _new_sampled_steps(text, seen)
+                if steps is None:
                     continue
-                seen.add(text)
                 mistake = qwen_world_first_mistake(problem, text)
                 items.append(
-                    LabelledItem(
-                        id=f"qwen_world-{len(items)}", problem=problem.question, steps=steps,
-                        label=NO_MISTAKE if mistake is None else mistake, split="qwen_world",
-                        answer=problem.answer, generator="qwen-world-policy", final_answer_correct=mistake is None,
+                    _sampled_item(
+                        "qwen_world",
+                        len(items),
+                        problem.question,
+                        steps,
+                        mistake,
+                        problem.answer,
+                        "qwen-world-policy",
                     )
-                )  # fmt: skip
+                )
                 if len(items) == count:
                     return items
     raise ValueError(

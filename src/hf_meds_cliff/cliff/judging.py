@@ -156,15 +156,7 @@ def build_judge_messages(
     for name, value in (("problem", problem), ("reference", reference)):
         if not isinstance(value, str) and not (name == "reference" and value is None):
             raise TypeError(f"`{name}` must be a str, got {type(value).__name__}: {value!r:.80}")
-    if isinstance(sentences, str) or not all(isinstance(s, str) for s in sentences):
-        raise TypeError(
-            "`sentences` must be a sequence of str (the texts of `split_sentences(completion)`), "
-            f"got {type(sentences).__name__}: {sentences!r:.80}"
-        )
-    if len(sentences) == 0:
-        raise ValueError(
-            "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
-        )
+    _check_rollout_units(sentences, "split_sentences")
     if reference is None:
         user = _JUDGE_NO_REFERENCE_USER_TEMPLATE.format(
             problem=problem.strip(),
@@ -279,6 +271,20 @@ def format_numbered_units(units: Sequence[str]) -> str:
     return "\n".join(f"[{index}] {unit.rstrip()}" for index, unit in enumerate(units))
 
 
+def _check_rollout_units(units: Sequence[str], splitter: str) -> None:
+    """``TypeError`` unless ``units`` (the judge's ``sentences`` argument) is a sequence of str, the texts of
+    ``splitter(completion)``; ``ValueError`` when it is empty."""
+    if isinstance(units, str) or not all(isinstance(u, str) for u in units):
+        raise TypeError(
+            f"`sentences` must be a sequence of str (the texts of `{splitter}(completion)`), "
+            f"got {type(units).__name__}: {units!r:.80}"
+        )
+    if len(units) == 0:
+        raise ValueError(
+            "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
+        )
+
+
 def check_domain(domain: str) -> None:
     """Raise ``ValueError`` unless ``domain`` is one the judge has prompts for (:data:`DOMAINS`)."""
     if domain not in DOMAINS:
@@ -295,15 +301,7 @@ def _build_code_judge_messages(
         raise TypeError(
             f"`execution` must be a str or None, got {type(execution).__name__}: {execution!r:.80}"
         )
-    if isinstance(units, str) or not all(isinstance(u, str) for u in units):
-        raise TypeError(
-            "`sentences` must be a sequence of str (the texts of `split_code_units(completion)`), "
-            f"got {type(units).__name__}: {units!r:.80}"
-        )
-    if len(units) == 0:
-        raise ValueError(
-            "`sentences` is empty: an empty rollout cannot be judged (give it p(a) = 0 instead)."
-        )
+    _check_rollout_units(units, "split_code_units")
     user = _CODE_JUDGE_USER_TEMPLATE.format(
         problem=problem.strip(),
         reference=reference.strip(),

@@ -458,31 +458,46 @@ def _score_code(problems: Sequence[EvalProblem], samples, args: EvalArguments) -
             else:
                 status = "passed" if result.passed else (failure.status if failure else "sandbox_error")
             records.append(
-                {
-                    "benchmark": problem.benchmark,
-                    "problem_id": problem.problem_id,
-                    "sample_index": index,
-                    "answer": problem.answer,
-                    "completion": sample.text,
-                    "extracted": _program_hash(program) if program is not None else None,
-                    "status": status,
-                    "correct": bool(program is not None and result.passed),
-                    "num_tokens": sample.num_tokens,
-                    "truncated": sample.truncated,
-                    "num_passed": result.num_passed,
-                    "num_tests": result.num_tests,
-                    "first_failure": None
+                _sample_record(
+                    problem,
+                    index,
+                    sample,
+                    extracted=_program_hash(program) if program is not None else None,
+                    status=status,
+                    correct=bool(program is not None and result.passed),
+                    num_passed=result.num_passed,
+                    num_tests=result.num_tests,
+                    first_failure=None
                     if failure is None
                     else {
                         "index": failure.index,
                         "status": failure.status,
                         "error": (failure.error or "")[:_ERROR_CHARS] or None,
                     },
-                    "isolated": result.isolated,
-                }
+                    isolated=result.isolated,
+                )
             )
         scored.append(records)
     return scored
+
+
+def _sample_record(
+    problem: EvalProblem, index: int, sample, *, extracted: Any, status: str, correct: bool, **extra: Any
+) -> dict[str, Any]:
+    """The record of sample ``index`` of ``problem``: the fields every benchmark writes, then ``extra`` (code)."""
+    return {
+        "benchmark": problem.benchmark,
+        "problem_id": problem.problem_id,
+        "sample_index": index,
+        "answer": problem.answer,
+        "completion": sample.text,
+        "extracted": extracted,
+        "status": status,
+        "correct": correct,
+        "num_tokens": sample.num_tokens,
+        "truncated": sample.truncated,
+        **extra,
+    }
 
 
 def _score_math(
@@ -506,18 +521,14 @@ def _score_math(
         for index, sample in enumerate(group):
             check = next(checks)
             records.append(
-                {
-                    "benchmark": problem.benchmark,
-                    "problem_id": problem.problem_id,
-                    "sample_index": index,
-                    "answer": problem.answer,
-                    "completion": sample.text,
-                    "extracted": check.extracted,
-                    "status": check.status,
-                    "correct": check.correct,
-                    "num_tokens": sample.num_tokens,
-                    "truncated": sample.truncated,
-                }
+                _sample_record(
+                    problem,
+                    index,
+                    sample,
+                    extracted=check.extracted,
+                    status=check.status,
+                    correct=check.correct,
+                )
             )
         scored.append(records)
     return scored

@@ -35,6 +35,7 @@ from .task import (
     ToyTaskConfig,
     _chain_from_tree,
     _ExpressionParser,
+    _split_stream,
     apply_operation,
     format_chain,
     generate_problem,
@@ -272,28 +273,14 @@ def iter_code_problems(
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
     config = config or CodeWorldConfig()
-    unique = (split == "test") if unique is None else unique
-    rng = random.Random(f"hf_meds_cliff.code_world:{split}:{seed}:{stream_name}")
-    seen: set[str] = set()
-    misses = 0
-    while True:
-        problem = generate_code_problem(rng, config)
-        question = problem.question
-        if (
-            _question_split(question, seed, config.task.test_fraction) != split
-            or question in exclude
-            or (unique and question in seen)
-        ):
-            misses += 1
-            if misses > 10_000:
-                raise ValueError(
-                    f"Could not draw a new {split} code problem in 10000 tries; widen the task or ask for fewer rows."
-                )
-            continue
-        misses = 0
-        if unique:
-            seen.add(question)
-        yield problem
+    yield from _split_stream(
+        random.Random(f"hf_meds_cliff.code_world:{split}:{seed}:{stream_name}"),
+        lambda rng: generate_code_problem(rng, config),
+        lambda question: _question_split(question, seed, config.task.test_fraction) == split,
+        unique=(split == "test") if unique is None else unique,
+        exclude=exclude,
+        exhausted=f"Could not draw a new {split} code problem in 10000 tries; widen the task or ask for fewer rows.",
+    )
 
 
 def code_problem_id(question: str) -> str:

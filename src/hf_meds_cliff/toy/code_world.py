@@ -27,7 +27,6 @@ CLI::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import time
@@ -43,12 +42,15 @@ from .model import ToyModelConfig, build_toy_model
 from .tokenizer import TOKENIZER_VERSION, build_toy_tokenizer
 from .warmup import (
     METRICS_FILE,
-    _torch_threads,
+    POSITIVE_SETTINGS,
     _warmup_progress_bar,
-    build_cached,
-    default_cache_root,
+    build_warmup,
+    check_settings_names,
     generate_completions,
+    require_positive,
+    settings_cache_key,
     supervised_warmup_loop,
+    warmup_metrics,
 )
 
 logger = logging.getLogger(__name__)
@@ -150,17 +152,7 @@ class CodeWarmupSettings:
     )
 
     def __post_init__(self) -> None:
-        for name in (
-            "batch_size",
-            "max_steps",
-            "eval_every_steps",
-            "num_validation_problems",
-            "num_test_problems",
-            "num_samples",
-            "max_new_tokens",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        require_positive(self, POSITIVE_SETTINGS)
         if not self.learning_rate > 0 or not self.time_budget_s > 0 or not self.temperature > 0:
             raise ValueError(
                 f"learning_rate ({self.learning_rate}), time_budget_s ({self.time_budget_s}) and temperature "
@@ -176,15 +168,9 @@ class CodeWarmupSettings:
         return values
 
     def cache_key(self) -> str:
-        settings = self.to_dict()
-        del settings["time_budget_s"]  # runs stopped by it are never reused
-        payload = {
-            "settings": settings,
-            "code": CODE_WORLD_CODE_VERSION,
-            "tokenizer": [TOKENIZER_VERSION, list(CODE_WORD_TOKENS)],
-        }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+        return settings_cache_key(
+            self.to_dict(), CODE_WORLD_CODE_VERSION, [TOKENIZER_VERSION, list(CODE_WORD_TOKENS)]
+        )
 
 
 def warmup_code_world(
@@ -201,21 +187,11 @@ def warmup_code_world(
         A folder loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (set ``padding_side="left"`` after
         loading), with ``warmup_metrics.json``.
     """
-    unknown = set(settings) - set(CodeWarmupSettings.__dataclass_fields__)
-    if unknown:
-        raise TypeError(
-            f"Unknown code-world warm-up setting(s) {sorted(unknown)}; valid ones: "
-            f"{sorted(CodeWarmupSettings.__dataclass_fields__)}."
-        )
+    check_settings_names(CodeWarmupSettings, settings, "code-world warm-up")
     config = CodeWarmupSettings(**settings)
-    key = config.cache_key()
-    target = Path(output_dir) if output_dir is not None else default_cache_root() / "code_world" / key
-
-    def build(staging: Path) -> None:
-        with _torch_threads(num_threads):
-            _train_and_save(config, key, staging)
-
-    return build_cached(target, key, build, what="code-world warm-up")
+    return build_warmup(
+        config, output_dir, "code_world", _train_and_save, num_threads=num_threads, what="code-world warm-up"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -326,9 +302,6 @@ def evaluate_code_policy(
 
 
 def _train_and_save(settings: CodeWarmupSettings, key: str, folder: Path) -> None:
-    import torch
-    import transformers
-
     tokenizer = build_code_tokenizer()
     model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
     validation_stream = iter_code_problems(
@@ -382,29 +355,17 @@ def _train_and_save(settings: CodeWarmupSettings, key: str, folder: Path) -> Non
             settings.target_greedy_accuracy,
             test_metrics["pass@1"],
         )
-    metrics = {
-        "cache_key": key,
-        "code_version": CODE_WORLD_CODE_VERSION,
-        "steps": loop.steps,
-        "stop_reason": loop.stop_reason,
-        "train_seconds": round(loop.train_seconds, 2),
-        "stop_rule_eval_seconds": round(loop.stop_rule_eval_seconds, 2),
-        "final_eval_seconds": round(final_eval_seconds, 2),
-        "final_loss": loop.final_loss,
-        "torch_threads": torch.get_num_threads(),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "test_split": {
-            "seed": settings.seed,
-            "num_problems": len(test_problems),
-            "num_samples": settings.num_samples,
-            "temperature": settings.temperature,
-            "judged_by": "sandbox",
-            **test_metrics,
-        },
-        "validation_history": loop.history,
-        "settings": settings.to_dict(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-    }
+    metrics = warmup_metrics(
+        settings,
+        key,
+        CODE_WORLD_CODE_VERSION,
+        loop,
+        final_eval_seconds,
+        model,
+        test_problems,
+        test_metrics,
+        judged_by="sandbox",
+    )
     logger.info(
         "Code-world warm-up done: %s",
         {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics,

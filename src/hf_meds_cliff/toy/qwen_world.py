@@ -49,7 +49,15 @@ from ..data import QWEN_MATH_INSTRUCTION, build_prompt
 from ..evaluation.estimators import pass_at_k
 from ..rewards.extraction import extract_boxed_answer
 from .model import ToyModelConfig, build_toy_model, seeded_qwen3, toy_generation_config
-from .warmup import METRICS_FILE, _torch_threads, build_cached, default_cache_root
+from .warmup import (
+    METRICS_FILE,
+    POSITIVE_SETTINGS,
+    _learning_rate_factor,  # the toy warm-up's schedule: linear warm-up, then cosine to min_lr_ratio
+    build_warmup,
+    check_settings_names,
+    require_positive,
+    settings_cache_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -269,12 +277,7 @@ class QwenWorldSettings:
     max_new_tokens: int = field(default=96, metadata={"help": "Generation cap of the evaluations."})
 
     def __post_init__(self) -> None:
-        for name in ("num_train_problems", "batch_size", "max_steps", "eval_every_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("num_validation_problems", "num_test_problems", "num_samples", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        require_positive(self, ("num_train_problems", *POSITIVE_SETTINGS))
         if not self.learning_rate > 0 or not self.time_budget_s > 0:
             raise ValueError(
                 f"learning_rate ({self.learning_rate}) and time_budget_s ({self.time_budget_s}) must be > 0."
@@ -288,15 +291,7 @@ class QwenWorldSettings:
         return values
 
     def cache_key(self) -> str:
-        settings = self.to_dict()
-        del settings["time_budget_s"]  # runs stopped by it are never reused
-        payload = {
-            "settings": settings,
-            "code": QWEN_WORLD_CODE_VERSION,
-            "tokenizer": _tokenizer_fingerprint(),
-        }
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+        return settings_cache_key(self.to_dict(), QWEN_WORLD_CODE_VERSION, _tokenizer_fingerprint())
 
 
 def warmup_qwen_world(
@@ -314,21 +309,11 @@ def warmup_qwen_world(
         A folder loadable with ``AutoModelForCausalLM`` / ``AutoTokenizer`` (the tokenizer is saved with it;
         set ``padding_side="left"`` after loading), holding ``warmup_metrics.json``.
     """
-    unknown = set(settings) - set(QwenWorldSettings.__dataclass_fields__)
-    if unknown:
-        raise TypeError(
-            f"Unknown Qwen-world setting(s) {sorted(unknown)}; valid ones: "
-            f"{sorted(QwenWorldSettings.__dataclass_fields__)}."
-        )
+    check_settings_names(QwenWorldSettings, settings, "Qwen-world")
     config = QwenWorldSettings(**settings)
-    key = config.cache_key()
-    target = Path(output_dir) if output_dir is not None else default_cache_root() / "qwen_world" / key
-
-    def build(staging: Path) -> None:
-        with _torch_threads(num_threads):
-            _train_and_save(config, key, staging)
-
-    return build_cached(target, key, build, what="Qwen-world warm-up")
+    return build_warmup(
+        config, output_dir, "qwen_world", _train_and_save, num_threads=num_threads, what="Qwen-world warm-up"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -543,14 +528,6 @@ def evaluate_math_world(
 
 # ---------------------------------------------------------------------------------------------------
 # Training.
-
-
-def _learning_rate_factor(step: int, settings: QwenWorldSettings) -> float:
-    if step < settings.lr_warmup_steps:
-        return (step + 1) / settings.lr_warmup_steps
-    span = max(1, settings.max_steps - settings.lr_warmup_steps)
-    progress = min(1.0, (step - settings.lr_warmup_steps) / span)
-    return settings.min_lr_ratio + (1.0 - settings.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def compact_loss(model, batch: dict[str, Any], vocabulary: CompactVocabulary):

@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -394,24 +394,37 @@ def iter_problems(
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
     config = config or ToyTaskConfig()
-    unique = (split == "test") if unique is None else unique
-    rng = random.Random(f"hf_meds_cliff.toy:{split}:{seed}:{stream_name}")
+    yield from _split_stream(
+        random.Random(f"hf_meds_cliff.toy:{split}:{seed}:{stream_name}"),
+        lambda rng: generate_problem(rng, config),
+        lambda question: question_split(question, seed, config.test_fraction) == split,
+        unique=(split == "test") if unique is None else unique,
+        exclude=exclude,
+        exhausted=f"Could not draw a new {split} problem in 10000 tries: the question space of {config} is "
+        "too small for the rows requested; widen the operand ranges or steps, or ask for fewer rows.",
+    )
+
+
+def _split_stream(
+    rng: random.Random,
+    draw: Callable[[random.Random], Any],
+    in_split: Callable[[str], bool],
+    *,
+    unique: bool,
+    exclude: frozenset[str] | set[str],
+    exhausted: str,
+) -> Iterator[Any]:
+    """The problems ``draw(rng)`` whose ``question`` is ``in_split``, not in ``exclude`` and (``unique``) not yielded
+    before; ``ValueError(exhausted)`` after 10,000 misses in a row (the toy and code worlds' streams)."""
     seen: set[str] = set()
     misses = 0
     while True:
-        problem = generate_problem(rng, config)
+        problem = draw(rng)
         question = problem.question
-        if (
-            question_split(question, seed, config.test_fraction) != split
-            or question in exclude
-            or (unique and question in seen)
-        ):
+        if not in_split(question) or question in exclude or (unique and question in seen):
             misses += 1
             if misses > 10_000:
-                raise ValueError(
-                    f"Could not draw a new {split} problem in 10000 tries: the question space of {config} is "
-                    "too small for the rows requested; widen the operand ranges or steps, or ask for fewer rows."
-                )
+                raise ValueError(exhausted)
             continue
         misses = 0
         if unique:

@@ -56,6 +56,18 @@ CACHE_ENV_VARIABLE = "HF_MEDS_CLIFF_CACHE"
 POLICY_ENV_VARIABLE = "HF_MEDS_CLIFF_TOY_POLICY"
 
 
+POSITIVE_SETTINGS = (
+    "batch_size",
+    "max_steps",
+    "eval_every_steps",
+    "num_validation_problems",
+    "num_test_problems",
+    "num_samples",
+    "max_new_tokens",
+)
+"""The whole-number settings of the toy and code worlds' warm-ups that must be >= 1."""
+
+
 @dataclass(frozen=True)
 class WarmupSettings:
     """Everything that determines a warm-up's result (hashed into its cache key, except the time cap)."""
@@ -123,18 +135,7 @@ class WarmupSettings:
             raise ValueError(
                 f"Need trap_rate in [0, 1] and traps from {TRAPS}, got {self.trap_rate}, {self.traps}."
             )
-        positive = (
-            "batch_size",
-            "max_steps",
-            "eval_every_steps",
-            "num_validation_problems",
-            "num_test_problems",
-            "num_samples",
-            "max_new_tokens",
-        )
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        require_positive(self, POSITIVE_SETTINGS)
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
         if not self.time_budget_s > 0:
@@ -154,13 +155,33 @@ class WarmupSettings:
         return values
 
     def cache_key(self) -> str:
-        settings = self.to_dict()
-        del settings[
-            "time_budget_s"
-        ]  # runs stopped by it are never reused, so it cannot change a cached result
-        payload = {"settings": settings, "code": WARMUP_CODE_VERSION, "tokenizer": TOKENIZER_VERSION}
-        canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+        return settings_cache_key(self.to_dict(), WARMUP_CODE_VERSION, TOKENIZER_VERSION)
+
+
+def settings_cache_key(settings: dict[str, Any], code: Any, tokenizer: Any) -> str:
+    """The cache key of a warm-up (toy, code or Qwen-tokenizer world): a hash of its ``settings`` (``to_dict()``)
+    less ``time_budget_s`` (runs stopped by it are never reused, so it cannot change a cached result), the world's
+    ``code`` version and its ``tokenizer`` version or fingerprint."""
+    settings = dict(settings)
+    del settings["time_budget_s"]
+    payload = {"settings": settings, "code": code, "tokenizer": tokenizer}
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(canonical.encode(), digest_size=8).hexdigest()
+
+
+def check_settings_names(settings_class: type, settings: dict[str, Any], what: str) -> None:
+    """``TypeError`` naming the keys of ``settings`` that are not fields of the dataclass ``settings_class``."""
+    valid = settings_class.__dataclass_fields__
+    unknown = set(settings) - set(valid)
+    if unknown:
+        raise TypeError(f"Unknown {what} setting(s) {sorted(unknown)}; valid ones: {sorted(valid)}.")
+
+
+def require_positive(settings: Any, names: Sequence[str]) -> None:
+    """``ValueError`` for the first of the fields ``names`` of ``settings`` that is below 1."""
+    for name in names:
+        if getattr(settings, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(settings, name)}.")
 
 
 def default_cache_root() -> Path:
@@ -219,11 +240,7 @@ def warmup_toy_model(
         The folder, loadable with ``AutoModelForCausalLM.from_pretrained`` and
         ``AutoTokenizer.from_pretrained`` (set ``padding_side="left"`` after loading).
     """
-    unknown = set(settings) - set(WarmupSettings.__dataclass_fields__)
-    if unknown:
-        raise TypeError(
-            f"Unknown warm-up setting(s) {sorted(unknown)}; valid ones: {sorted(WarmupSettings.__dataclass_fields__)}."
-        )
+    check_settings_names(WarmupSettings, settings, "warm-up")
     config = WarmupSettings(
         seed=seed,
         task=task_config or ToyTaskConfig(),
@@ -237,14 +254,31 @@ def warmup_toy_model(
         num_samples=num_samples,
         **settings,
     )
+    return build_warmup(
+        config, output_dir, "toy", _train_and_save, num_threads=num_threads, what="toy warm-up"
+    )
+
+
+def build_warmup(
+    config: Any,
+    output_dir: str | Path | None,
+    cache_folder: str,
+    train_and_save: Callable[[Any, str, Path], None],
+    *,
+    num_threads: int | None,
+    what: str,
+) -> Path:
+    """The folder of the warm-up ``config`` (with ``cache_key()``), built by ``train_and_save(config, key, staging)``
+    with ``num_threads`` torch threads unless :func:`build_cached` finds it: in ``output_dir``, or in
+    ``<cache root>/<cache_folder>/<key>`` when that is None."""
     key = config.cache_key()
-    target = Path(output_dir) if output_dir is not None else default_cache_root() / "toy" / key
+    target = Path(output_dir) if output_dir is not None else default_cache_root() / cache_folder / key
 
     def build(staging: Path) -> None:
         with _torch_threads(num_threads):
-            _train_and_save(config, key, staging)
+            train_and_save(config, key, staging)
 
-    return build_cached(target, key, build, what="toy warm-up")
+    return build_cached(target, key, build, what=what)
 
 
 def build_cached(target: Path, key: str, build: Callable[[Path], None], what: str = "warm-up") -> Path:
@@ -481,6 +515,8 @@ def greedy_accuracy(model, tokenizer, problems: Sequence[ToyProblem], max_new_to
 
 
 def _learning_rate_factor(step: int, settings: WarmupSettings) -> float:
+    """Linear warm-up over ``lr_warmup_steps``, then cosine decay to ``min_lr_ratio`` at ``max_steps`` (also the
+    Qwen-tokenizer world's schedule: any settings with those three fields)."""
     if step < settings.lr_warmup_steps:
         return (step + 1) / settings.lr_warmup_steps
     progress = min(
@@ -587,10 +623,49 @@ def supervised_warmup_loop(
     return WarmupLoopResult(step, stop_reason, history, loss_value, train_seconds, eval_seconds)
 
 
-def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
+def warmup_metrics(
+    settings: Any,
+    key: str,
+    code_version: int,
+    loop: WarmupLoopResult,
+    final_eval_seconds: float,
+    model,
+    test_problems: Sequence[Any],
+    test_metrics: dict[str, float],
+    **test_split: Any,
+) -> dict[str, Any]:
+    """What the toy and code worlds' warm-ups write to ``warmup_metrics.json``: the cache key, the loop's steps,
+    stop reason, timings and stop-rule history, the test-split metrics (after the extra ``test_split`` fields),
+    the settings and the library versions."""
     import torch
     import transformers
 
+    return {
+        "cache_key": key,
+        "code_version": code_version,
+        "steps": loop.steps,
+        "stop_reason": loop.stop_reason,
+        "train_seconds": round(loop.train_seconds, 2),
+        "stop_rule_eval_seconds": round(loop.stop_rule_eval_seconds, 2),
+        "final_eval_seconds": round(final_eval_seconds, 2),
+        "final_loss": loop.final_loss,
+        "torch_threads": torch.get_num_threads(),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "test_split": {
+            "seed": settings.seed,
+            "num_problems": len(test_problems),
+            "num_samples": settings.num_samples,
+            "temperature": settings.temperature,
+            **test_split,
+            **test_metrics,
+        },
+        "validation_history": loop.history,
+        "settings": settings.to_dict(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+
+
+def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
     tokenizer = build_toy_tokenizer()
     model = build_toy_model(tokenizer, seed=settings.seed, config=settings.model)
     validation_stream = iter_problems(
@@ -615,8 +690,7 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
         lambda: greedy_accuracy(model, tokenizer, validation, settings.max_new_tokens),
         progress,
     )
-    step, stop_reason, history, loss_value = loop.steps, loop.stop_reason, loop.history, loop.final_loss
-    train_seconds, eval_seconds = loop.train_seconds, loop.stop_rule_eval_seconds
+    step, stop_reason, history = loop.steps, loop.stop_reason, loop.history
 
     test_stream = iter_problems("test", settings.seed, settings.task)
     test_problems = [next(test_stream) for _ in range(settings.num_test_problems)]
@@ -649,28 +723,9 @@ def _train_and_save(settings: WarmupSettings, key: str, folder: Path) -> None:
             settings.target_greedy_accuracy,
             test_metrics["pass@1"],
         )
-    metrics = {
-        "cache_key": key,
-        "code_version": WARMUP_CODE_VERSION,
-        "steps": step,
-        "stop_reason": stop_reason,
-        "train_seconds": round(train_seconds, 2),
-        "stop_rule_eval_seconds": round(eval_seconds, 2),
-        "final_eval_seconds": round(final_eval_seconds, 2),
-        "final_loss": loss_value,
-        "torch_threads": torch.get_num_threads(),
-        "num_parameters": sum(p.numel() for p in model.parameters()),
-        "test_split": {
-            "seed": settings.seed,
-            "num_problems": len(test_problems),
-            "num_samples": settings.num_samples,
-            "temperature": settings.temperature,
-            **test_metrics,
-        },
-        "validation_history": history,
-        "settings": settings.to_dict(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-    }
+    metrics = warmup_metrics(
+        settings, key, WARMUP_CODE_VERSION, loop, final_eval_seconds, model, test_problems, test_metrics
+    )
     logger.info(
         "Toy warm-up done: %s",
         {k: metrics[k] for k in ("steps", "stop_reason", "train_seconds")} | test_metrics,

@@ -43,40 +43,53 @@ class RuleBasedToyTeacher:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    _world = "toy"  # the log line of a problem the teacher cannot solve names the world
+    _logger = logger  # ... and goes to the teacher module's logger
+
     @staticmethod
-    def can_read(problem: str) -> bool:
+    def _parse(problem: str):
+        """The parsed question (with its ``solution``); ``ValueError``/``TypeError`` when it is not one."""
+        from hf_meds_cliff.toy import parse_question
+
+        return parse_question(problem)
+
+    @classmethod
+    def can_read(cls, problem: str) -> bool:
         """Whether ``problem`` is a toy question this teacher can solve and judge.
 
         >>> RuleBasedToyTeacher.can_read("Compute (7 + 5) * 3 - 4."), RuleBasedToyTeacher.can_read("Solve x^2 = 4.")
         (True, False)
         """
-        from hf_meds_cliff.toy import parse_question
-
         try:
-            parse_question(problem)
+            cls._parse(problem)
         except (ValueError, TypeError):
             return False
         return True
 
     async def solve(self, problem: str) -> str | None:
-        from hf_meds_cliff.toy import parse_question
-
         self.counters["solve_calls"] += 1
         try:
-            return parse_question(problem).solution
+            return self._parse(problem).solution
         except (ValueError, TypeError) as error:
             self.counters["failures/parse_error"] += 1
-            logger.warning("Rule-based toy teacher cannot solve %r: %s", problem[:120], error)
+            self._logger.warning(
+                "Rule-based %s teacher cannot solve %r: %s", self._world, problem[:120], error
+            )
             return None
 
     async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
-        from hf_meds_cliff.toy import first_mistake_index
-
         self.counters["judge_calls"] += 1
-        if len(sentences) == 0:  # nothing to judge: no request, the rollout stays a plain GRPO negative
+        units = list(sentences)
+        if not units:  # nothing to judge: no request, the rollout stays a plain GRPO negative
             self.counters["failures/empty"] += 1
             return Judgment(None, None, "empty", "empty rollout")
-        completion = _join_sentences(list(sentences))
+        return self._judge_units(problem, units)
+
+    def _judge_units(self, problem: str, sentences: list[str]) -> Judgment:
+        """The judgment of a non-empty rollout (``judge`` has counted the call)."""
+        from hf_meds_cliff.toy import first_mistake_index
+
+        completion = _join_sentences(sentences)
         try:
             first_mistake = first_mistake_index(problem, completion)
         except (ValueError, TypeError) as error:

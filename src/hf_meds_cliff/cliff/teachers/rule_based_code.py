@@ -11,7 +11,6 @@ code runs end to end on CPU without any LLM.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 from .base import Judgment
 from .rule_based import RuleBasedToyTeacher
@@ -42,8 +41,17 @@ class RuleBasedCodeTeacher(RuleBasedToyTeacher):
     name = "rule-based-code"
     domain = "code"  # the trainer refuses it on a math run
 
+    _world = "code"
+    _logger = logger
+
     @staticmethod
-    def can_read(problem: str) -> bool:
+    def _parse(problem: str):
+        from hf_meds_cliff.toy.code_task import parse_code_question
+
+        return parse_code_question(problem)
+
+    @classmethod
+    def can_read(cls, problem: str) -> bool:
         """Whether ``problem`` is a code-world question.
 
         >>> RuleBasedCodeTeacher.can_read("Read an integer a from standard input and print a + 1.")
@@ -51,39 +59,17 @@ class RuleBasedCodeTeacher(RuleBasedToyTeacher):
         >>> RuleBasedCodeTeacher.can_read("Compute (7 + 5) * 3 - 4.")
         False
         """
-        from hf_meds_cliff.toy.code_task import parse_code_question
+        return super().can_read(problem)
 
-        try:
-            parse_code_question(problem)
-        except (ValueError, TypeError):
-            return False
-        return True
-
-    async def solve(self, problem: str) -> str | None:
-        from hf_meds_cliff.toy.code_task import parse_code_question
-
-        self.counters["solve_calls"] += 1
-        try:
-            return parse_code_question(problem).solution
-        except (ValueError, TypeError) as error:
-            self.counters["failures/parse_error"] += 1
-            logger.warning("Rule-based code teacher cannot solve %r: %s", problem[:120], error)
-            return None
-
-    async def judge(self, problem: str, reference: str, sentences: Sequence[str]) -> Judgment:
+    def _judge_units(self, problem: str, sentences: list[str]) -> Judgment:
         from hf_meds_cliff.toy.code_checker import UndecidableProgram, first_mistake_unit
 
-        self.counters["judge_calls"] += 1
-        units = list(sentences)
-        if not units:
-            self.counters["failures/empty"] += 1
-            return Judgment(None, None, "empty", "empty rollout")
         spans, position = [], 0
-        for unit in units:  # the units cover the rollout: their concatenation is the completion
+        for unit in sentences:  # the units cover the rollout: their concatenation is the completion
             spans.append((position, position + len(unit)))
             position += len(unit)
         try:
-            first_mistake = first_mistake_unit(problem, "".join(units), spans)
+            first_mistake = first_mistake_unit(problem, "".join(sentences), spans)
         except UndecidableProgram as undecidable:
             self.counters["failures/undecidable"] += 1
             return Judgment(None, None, "parse_error", f"undecidable program: {undecidable}")
