@@ -382,7 +382,9 @@ def decide(results: Path, candidates) -> dict:
     complete = all(r["complete"] for r in rows)
     passing = [r for r in rows if r["passes"]]
     chosen = None
-    if passing and complete:  # no choice before every candidate has all its seeds  # the largest mean gain; within 1 point of it, the fewest steps (then the larger gain)
+    if (
+        passing and complete
+    ):  # no choice before every candidate has all its seeds  # the largest mean gain; within 1 point of it, the fewest steps (then the larger gain)
         best = max(r["mean_pass1_gain"] for r in passing)
         near = [r for r in passing if r["mean_pass1_gain"] >= best - 0.01 - 1e-9]
         chosen = min(near, key=lambda r: (r["config"]["steps"], -r["mean_pass1_gain"]))["candidate"]
