@@ -401,7 +401,7 @@ def decide(results: Path, candidates) -> dict:
     }
 
 
-def run_stage2(results: Path, work: Path, quick: bool, methods) -> None:
+def run_stage2(results: Path, work: Path, quick: bool, methods, seeds=STAGE2_SEEDS) -> None:
     decision_path = results / "stage1_decision.json"
     if quick:
         regime = QUICK
@@ -418,9 +418,8 @@ def run_stage2(results: Path, work: Path, quick: bool, methods) -> None:
         source = results / f"warmup-{regime.world}.json"
         write_json(warmup_path, json.loads(source.read_text()) if source.exists() and not quick
                    else warmup_record(regime, policy, STAGE2_SEEDS[:1] if quick else STAGE1_SEEDS))  # fmt: skip
-    for seed in (
-        STAGE2_SEEDS[:1] if quick else STAGE2_SEEDS
-    ):  # seed-major: every finished seed pairs all methods
+    # seed-major: every finished seed pairs all methods
+    for seed in seeds[:1] if quick else seeds:
         for method in methods:
             path = results / f"{method}-seed{seed}.json"
             if path.exists():
@@ -453,6 +452,13 @@ def main(argv=None) -> int:
     parser.add_argument("--decide", action="store_true", help="Apply the stage-1 rule to the results.")
     parser.add_argument("--candidates", nargs="+", default=None, help="Stage 1: only these candidates.")
     parser.add_argument("--methods", nargs="+", choices=ALL_METHODS, default=list(ALL_METHODS))
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=list(STAGE2_SEEDS),
+        help="Stage 2: these seeds, in this order (two processes can split them, e.g. 0 1 2 3 and 7 6 5 4).",
+    )
     parser.add_argument("--results_dir", default="docs/learning_study_results")
     parser.add_argument("--output_dir", default="outputs/learning_study", help="Work folders of the runs.")
     parser.add_argument("--report", default=None, help="Write the markdown report here.")
@@ -478,7 +484,7 @@ def main(argv=None) -> int:
         write_json(results / "stage1_decision.json", decision)
         logger.info("stage 1 decision: %s", decision["chosen"])
     if args.stage == 2:
-        run_stage2(results, work, args.quick, args.methods)
+        run_stage2(results, work, args.quick, args.methods, args.seeds)
     if args.report:
         from learning_report import write_report
 
