@@ -51,7 +51,7 @@ def test_code_rollouts_show_numbered_lines_the_mistaken_line_and_the_failing_tes
     assert numbers == list(range(len(spans)))
     kinds = re.findall(r'<span class="s (\w+)"><sup>\[(\d+)\]', article)
     assert [kind for kind, _ in kinds] == ["prefix"] * 3 + ["mistake"] + ["suffix"] * (len(spans) - 4)
-    assert '<span class="s mistake"><sup>[3]</sup>for i in range(n):\n</span>' in article
+    assert '<span class="s mistake"><sup>[3]</sup>for i in range(n):</span><bdi>\n</bdi>' in article
     # the failing test the judge saw, escaped; nothing from the run is executable in the page
     assert "running the program (what the judge saw)" in article
     assert "Expected output:\n```\n6\n```\nActual output:\n```\n3\n```" in article

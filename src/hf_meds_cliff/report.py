@@ -824,7 +824,11 @@ def _rollout_text(record: Mapping[str, Any]) -> str:
             kind = "mistake"
         else:
             kind = "suffix"
-        out.append(f'<span class="s {kind}"><sup>[{index}]</sup>{esc(text[start:end])}</span>')
+        unit = text[start:end]
+        body = unit.rstrip("\n")  # a line break inside the box would draw its outline on the next line too
+        out.append(
+            f'<span class="s {kind}"><sup>[{index}]</sup>{esc(body)}</span>{_isolated(unit[len(body) :])}'
+        )
         cursor = end
     out.append(_isolated(text[cursor:]))
     return "".join(out)
