@@ -126,7 +126,7 @@ def stage2_section(results: Path, figures: Path) -> str:
     if warmup is not None:
         held = warmup["heldout"]
         lines.append(
-            f"| warm-up | – | {_pct(held.get('pass@1'))} | {_pct(held.get('pass@4'))} | {_pct(held.get('pass@16'))} | | | 1 |"
+            f"| warm-up | – | {_pct(held.get('pass@1'))} | {_pct(held.get('pass@4'))} | {_pct(held.get('pass@16'))} | | | | 1 |"
         )
     grpo_curve = mean_curve(runs.get("grpo", []))
     grpo_final = grpo_curve[-1][1] if grpo_curve else None
