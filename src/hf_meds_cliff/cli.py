@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    if args.debug and "--debug" in argv[: argv.index(args.command)]:
+    if args.debug:  # set only by a --debug before the command (after it, the flag is the command's own)
         os.environ[DEBUG_ENV] = "1"  # also reaches the training processes accelerate starts
     rest = argv[argv.index(args.command) + 1 :]
     if args.command in TRAINING_COMMANDS:
