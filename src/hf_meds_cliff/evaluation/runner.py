@@ -16,7 +16,12 @@ Output directory layout:
 - ``passk.csv`` and ``passk.png`` (pass@k against k on a log2 axis).
 
 Resuming: re-running with the same output directory skips the problems whose ``n`` samples are all
-in ``samples.jsonl`` (partial or corrupt lines from a crash are dropped and regenerated).
+in ``samples.jsonl`` (partial or corrupt lines from a crash are dropped and regenerated). ``--backend openai``
+also keeps every sample as it arrives (``openai_samples.jsonl``), so a resumed run asks the server only for the
+samples it lacks (:mod:`hf_meds_cliff.evaluation.openai_backend`).
+
+``--samples FILE`` scores generations made elsewhere instead (:mod:`hf_meds_cliff.evaluation.samples_file`): the
+same files, with pass@k from the samples each problem has and a ``samples_file`` block in the summary.
 """
 
 from __future__ import annotations
@@ -258,7 +263,9 @@ class EvalArguments:
             "the key itself is never logged or written."
         },
     )
-    max_concurrency: int = field(default=8, metadata={"help": "--backend openai: requests in flight at most."})
+    max_concurrency: int = field(
+        default=8, metadata={"help": "--backend openai: requests in flight at most."}
+    )
     request_timeout: float = field(
         default=600.0, metadata={"help": "--backend openai: seconds per request before it is retried."}
     )
@@ -731,6 +738,17 @@ def _generate_and_score(
     return completed, backend
 
 
+_ID_PREFIXES = {"humaneval/": "humaneval", "mbpp/": "mbpp"}
+
+
+def _benchmark_hint(problem_id: str) -> str:
+    """`` (--benchmarks humaneval)`` for an id that looks like a registered benchmark's, else nothing."""
+    for prefix, name in _ID_PREFIXES.items():
+        if str(problem_id).lower().startswith(prefix):
+            return f" (--benchmarks {name})"
+    return ""
+
+
 def _score_samples_file(
     args: EvalArguments, problems: list[EvalProblem], samples_path: Path
 ) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], list[int], dict[str, Any]]:
@@ -751,8 +769,8 @@ def _score_samples_file(
         where, first = matched.unmatched[0]
         raise ValueError(
             f"None of the {len(external)} samples in {args.samples} matches a problem of --benchmarks {names} "
-            f"({where}: {first!r}); pass the benchmark the samples were made for (with --id_column for a local "
-            "file whose ids the samples use)."
+            f"({where}: {first!r}); pass the benchmark the samples were made for{_benchmark_hint(first)} (with "
+            "--id_column for a local file whose ids the samples use)."
         )
     if matched.unmatched:
         shown = ", ".join(f"{where} {ident!r}" for where, ident in matched.unmatched[:5])

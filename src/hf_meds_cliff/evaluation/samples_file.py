@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .generation import Sample
 from .problem import EvalProblem
+from .sampling import Sample
 
 __all__ = ["SAMPLES_LAYOUTS", "ExternalSample", "MatchedSamples", "match_samples", "read_samples_file"]
 
@@ -132,7 +132,9 @@ def _strings(value: Any, where: str, name: str, path: Path) -> list[str]:
         return [value]
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return list(value)
-    raise ValueError(f"--samples {path}, {where}: {name} must be a string or a list of strings, got {value!r:.80}.")
+    raise ValueError(
+        f"--samples {path}, {where}: {name} must be a string or a list of strings, got {value!r:.80}."
+    )
 
 
 def read_samples_file(path: str | Path, layout: str = "auto") -> tuple[str, list[ExternalSample]]:
@@ -224,11 +226,17 @@ def match_samples(samples: Sequence[ExternalSample], problems: Sequence[EvalProb
     by_key = {(p.benchmark, p.problem_id): p for p in problems}
     by_id: dict[str, list[EvalProblem]] = {}
     by_lower_id: dict[str, list[EvalProblem]] = {}
-    by_text: dict[str, list[EvalProblem]] = {}  # a text shared by several problems (HumanEval's statement) matches none
+    by_text: dict[
+        str, list[EvalProblem]
+    ] = {}  # a text shared by several problems (HumanEval's statement) matches none
     for problem in problems:
         by_id.setdefault(problem.problem_id, []).append(problem)
         by_lower_id.setdefault(problem.problem_id.lower(), []).append(problem)
-        texts = {_normalised(t) for t in (problem.statement, problem.prompt[-1]["content"] if problem.prompt else None) if t}
+        texts = {
+            _normalised(t)
+            for t in (problem.statement, problem.prompt[-1]["content"] if problem.prompt else None)
+            if t
+        }
         for text in texts:
             by_text.setdefault(text, []).append(problem)
     matched = MatchedSamples()
@@ -255,5 +263,7 @@ def match_samples(samples: Sequence[ExternalSample], problems: Sequence[EvalProb
         text = sample.text if sample.code is None or program is not None else ""
         key = (problem.benchmark, problem.problem_id)
         matched.problems[key] = problem
-        matched.groups.setdefault(key, []).append(Sample(text=text, num_tokens=None, truncated=None, program=program))
+        matched.groups.setdefault(key, []).append(
+            Sample(text=text, num_tokens=None, truncated=None, program=program)
+        )
     return matched
