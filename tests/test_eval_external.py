@@ -305,7 +305,9 @@ def test_openai_backend_resumes_per_sample_after_a_request_failed_for_good(tmp_p
     )  # the earlier run's usage is counted, from the cache
 
 
-def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(tmp_path, monkeypatch, capsys):
+def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(
+    tmp_path, monkeypatch, capsys, caplog
+):
     """The whole CLI path (flags -> backend): the key goes to the server and nowhere else."""
     from hf_meds_cliff.cli import main as cli_main
 
@@ -317,7 +319,10 @@ def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(tmp_p
             "--api_key_env", "HF_MEDS_CLIFF_EVAL_TEST_KEY", "--benchmarks", "toy", "--max_problems", "2",
             "--num_samples", "2", "--output_dir", str(tmp_path / "run"), "--max_concurrency", "3",
         ]  # fmt: skip
-        assert cli_main(argv) == 0
+        with caplog.at_level(logging.DEBUG):  # httpx and httpcore log every request at DEBUG
+            assert cli_main(argv) == 0
+    assert SECRET not in caplog.text and "HTTP Request: POST" in caplog.text
+    assert server.max_in_flight <= 3
     assert server.requests and all(SECRET in r.headers["Authorization"] for r in server.requests)
     captured = capsys.readouterr()
     assert SECRET not in captured.out + captured.err
@@ -327,6 +332,27 @@ def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(tmp_p
         assert SECRET.encode() not in path.read_bytes(), path
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["settings"]["backend"] == "openai" and summary["generation"]["completion_tokens"] == 4 * 4
+
+
+def test_a_server_that_refuses_n_is_asked_one_sample_at_a_time(tmp_path):
+    answers = _toy_answers(2)
+    scripted = ScriptedServer(answers, fail_first=False)
+
+    def refuse_n(body, index):
+        if "n" in body:
+            return Reply(status=422, raw_body='{"detail": "Unexpected fields in the request: {\'n\'}"}')
+        return scripted(body, index)
+
+    with LoopbackChatServer(refuse_n) as server:
+        args = _openai_args(tmp_path, server.base_url, max_problems=2, num_samples=3)
+        summary = run_evaluation(args, backend=_fast_backend(args))
+    assert len(_records(tmp_path / "run")) == 6 and summary["benchmarks"]["toy"]["mean@n"] == 1.0
+    with_n = [r for r in server.requests if "n" in r.body]
+    assert len(with_n) == 2 and len(server.requests) == 2 + 6  # the refused ones were not retried with n
+    assert (
+        summary["generation"]["failed_attempts"] == {"http_422": 2}
+        and not summary["generation"]["n_per_request"]
+    )
 
 
 def test_openai_options_are_checked(tmp_path):

@@ -243,7 +243,8 @@ class OpenAIBackend(OpenAIChatClient):
             try:
                 await self._request(key, messages, seed, missing, settings)
             except RequestFailed as failure:
-                if failure.status_code in _N_REFUSED_STATUS and self.n_supported is None:
+                # not "is None": requests sent together all carry n, and the first refusal already set False
+                if failure.status_code in _N_REFUSED_STATUS and self.n_supported is not True:
                     self._note_n_unsupported(f"HTTP {failure.status_code} to a request with n={len(missing)}")
                 else:
                     failures.append(failure)
