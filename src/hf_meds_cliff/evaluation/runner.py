@@ -742,10 +742,10 @@ _ID_PREFIXES = {"humaneval/": "humaneval", "mbpp/": "mbpp"}
 
 
 def _benchmark_hint(problem_id: str) -> str:
-    """`` (--benchmarks humaneval)`` for an id that looks like a registered benchmark's, else nothing."""
+    """``: --benchmarks humaneval`` for an id that looks like a registered benchmark's, else nothing."""
     for prefix, name in _ID_PREFIXES.items():
         if str(problem_id).lower().startswith(prefix):
-            return f" (--benchmarks {name})"
+            return f": --benchmarks {name}"
     return ""
 
 
@@ -769,8 +769,8 @@ def _score_samples_file(
         where, first = matched.unmatched[0]
         raise ValueError(
             f"None of the {len(external)} samples in {args.samples} matches a problem of --benchmarks {names} "
-            f"({where}: {first!r}); pass the benchmark the samples were made for{_benchmark_hint(first)} (with "
-            "--id_column for a local file whose ids the samples use)."
+            f"({where}: {first!r}); pass the benchmark the samples were made for{_benchmark_hint(first)}. For a "
+            "local file, --id_column names the column holding the ids the samples use."
         )
     if matched.unmatched:
         shown = ", ".join(f"{where} {ident!r}" for where, ident in matched.unmatched[:5])
