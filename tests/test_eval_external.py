@@ -300,14 +300,14 @@ def test_openai_backend_resumes_per_sample_after_a_request_failed_for_good(tmp_p
     ) as server:  # the server back, on a new port
         args = _openai_args(tmp_path, server.base_url, samples_per_request=False)
         summary = run_evaluation(args, backend=_fast_backend(args))
-    assert [r.body["messages"][-1]["content"] for r in server.requests] == [
-        stuck,
-        stuck,
-    ]  # only what was missing
+    asked = [r.body["messages"][-1]["content"] for r in server.requests]
+    assert asked == [stuck, stuck]  # only what was missing
     assert len(_records(tmp_path / "run")) == 6 and summary["benchmarks"]["toy"]["pass@k"]["1"] == 1.0
-    assert (
-        summary["generation"]["completion_tokens"] == 4 * 6
-    )  # the earlier run's usage is counted, from the cache
+    # the earlier run's usage is counted, from the cache
+    assert summary["generation"]["completion_tokens"] == 4 * 6
+    again = run_evaluation(args)  # all done: no backend call, no request, the usage still reported
+    assert again["generation"]["completion_tokens"] == 4 * 6 and again["generation"]["requests"] == 0
+    assert again["benchmarks"] == summary["benchmarks"]
 
 
 def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(
@@ -323,10 +323,12 @@ def test_openai_backend_from_the_command_line_never_writes_or_logs_the_key(
             "eval", "--backend", "openai", "--base_url", server.base_url, "--model_name_or_path", "served-model",
             "--api_key_env", "HF_MEDS_CLIFF_EVAL_TEST_KEY", "--benchmarks", "toy", "--max_problems", "2",
             "--num_samples", "2", "--output_dir", str(tmp_path / "run"), "--max_concurrency", "3",
+            "--request_extra_body", '{"top_k": -1, "repetition_penalty": 1.0}',
         ]  # fmt: skip
         with caplog.at_level(logging.DEBUG):  # httpx and httpcore log every request at DEBUG
             assert cli_main(argv) == 0
     assert SECRET not in caplog.text and "HTTP Request: POST" in caplog.text
+    assert all(r.body["top_k"] == -1 and r.body["repetition_penalty"] == 1.0 for r in server.requests)
     assert server.max_in_flight <= 3
     assert server.requests and all(SECRET in r.headers["Authorization"] for r in server.requests)
     captured = capsys.readouterr()
@@ -363,6 +365,9 @@ def test_a_server_that_refuses_n_is_asked_one_sample_at_a_time(tmp_path):
 def test_openai_options_are_checked(tmp_path):
     with pytest.raises(ValueError, match="--backend openai needs --base_url"):
         EvalArguments(model_name_or_path="m", output_dir=str(tmp_path), backend="openai")
+    with pytest.raises(ValueError, match=r"request_extra_body='top_k=-1' is not JSON"):
+        EvalArguments(model_name_or_path="m", output_dir=str(tmp_path), backend="openai",
+                      base_url="http://127.0.0.1:1/v1", request_extra_body="top_k=-1")  # fmt: skip
     with pytest.raises(ValueError, match="max_concurrency=0"):
         EvalArguments(model_name_or_path="m", output_dir=str(tmp_path), backend="openai",
                       base_url="http://127.0.0.1:1/v1", max_concurrency=0)  # fmt: skip

@@ -135,9 +135,8 @@ class OpenAIBackend(OpenAIChatClient):
             self.extra_body["chat_template_kwargs"] = dict(chat_template_kwargs)
         self.requests_cache = Path(requests_cache) if requests_cache is not None else None
         self._cached: dict[str, dict[int, Sample]] = {}
-        self._usage: Counter[str] = (
-            Counter()
-        )  # token usage of every sample in the cache, earlier runs included
+        # token usage of every sample in the cache, earlier runs included
+        self._usage: Counter[str] = Counter()
         if self.requests_cache is not None and self.requests_cache.is_file():
             self._read_cache()
 

@@ -76,6 +76,7 @@ _SAMPLE_DEFINING_FIELDS = (
     "code_max_tests",
     "samples",  # scoring a samples file: the file and its layout
     "samples_layout",
+    "request_extra_body",  # --backend openai: sampling fields sent to the server
 )
 
 _SANDBOX_DEFAULTS = SandboxLimits()
@@ -283,6 +284,14 @@ class EvalArguments:
             "returns fewer is asked one sample per request from then on."
         },
     )
+    request_extra_body: str | None = field(
+        default=None,
+        metadata={
+            "help": '--backend openai: JSON dict merged into every request, e.g. \'{"top_k": -1, '
+            "\"repetition_penalty\": 1.0}' (vLLM fills fields a request leaves out from the model's "
+            "generation_config.json)."
+        },
+    )
     compare: list[str] | None = field(
         default=None,
         metadata={"help": "Summary JSON files (or run folders) to plot together instead of evaluating."},
@@ -394,6 +403,16 @@ class EvalArguments:
             raise ValueError(f"max_retries={self.max_retries!r} must be an integer >= 0.")
         if not self.request_timeout > 0:
             raise ValueError(f"request_timeout={self.request_timeout} must be > 0 seconds.")
+        if self.request_extra_body is not None:
+            try:
+                extra = json.loads(self.request_extra_body)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"request_extra_body={self.request_extra_body!r} is not JSON ({error.msg}); pass a JSON object "
+                    "such as '{\"top_k\": -1}'."
+                ) from None
+            if not isinstance(extra, dict):
+                raise ValueError(f"request_extra_body={self.request_extra_body!r} must be a JSON object.")
         if self.adapter_path:
             raise ValueError(
                 "--adapter_path cannot be sent to a server: serve the adapter (e.g. vllm serve --lora-modules) and "
@@ -663,6 +682,7 @@ def _load_backend(args: EvalArguments) -> GenerationBackend:
             max_retries=args.max_retries,
             samples_per_request=args.samples_per_request,
             requests_cache=Path(args.output_dir) / OPENAI_CACHE_FILE,
+            extra_body=json.loads(args.request_extra_body) if args.request_extra_body else None,
             adapter_path=args.adapter_path,
             tokenizer_name_or_path=args.tokenizer_name_or_path,
             batch_size=args.batch_size,
@@ -876,6 +896,9 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
     else:
         completed, backend = _generate_and_score(args, problems, samples_path, backend)
         k_values = args.k_values
+        if backend is None and args.backend == "openai":
+            # nothing left to generate: the server's usage is still reported, from the per-sample cache (no request)
+            backend = _load_backend(args)
     wanted = {(p.benchmark, p.problem_id) for p in problems}
     records = [r for key, group in completed.items() if key in wanted for r in group]
     benchmarks = summarize_records(records, k_values)
