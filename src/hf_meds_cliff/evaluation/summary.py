@@ -100,7 +100,7 @@ def summarize_records(
     """Per-benchmark metrics from per-sample records (the rows of the runner's JSONL).
 
     Each record needs ``benchmark``, ``problem_id``, ``sample_index``, ``correct``, ``extracted`` and
-    ``status``; ``num_tokens``/``truncated`` are averaged when present. Benchmarks keep first-seen order.
+    ``status``; ``num_tokens``/``truncated`` are averaged when every record has them (not ``None``). Benchmarks keep first-seen order.
     """
     grouped: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     for record in records:
@@ -115,9 +115,10 @@ def summarize_records(
             statuses=[[r["status"] for r in samples] for samples in ordered],
         )
         flat = [r for samples in ordered for r in samples]
-        if all("num_tokens" in r for r in flat):
+        # unknown (None) for a samples file, or for samples a server answered several at a time
+        if all(r.get("num_tokens") is not None for r in flat):
             summary["mean_completion_tokens"] = float(np.mean([r["num_tokens"] for r in flat]))
-        if all("truncated" in r for r in flat):
+        if all(r.get("truncated") is not None for r in flat):
             summary["truncated_fraction"] = float(np.mean([bool(r["truncated"]) for r in flat]))
         if all("isolated" in r for r in flat):  # code: programs run with namespace isolation in force
             summary["isolated_fraction"] = float(np.mean([bool(r["isolated"]) for r in flat]))

@@ -2,6 +2,13 @@
 
 Writes ``samples.jsonl``, ``summary.json``, ``passk.csv`` and ``passk.png`` (see
 :mod:`hf_meds_cliff.evaluation.runner`); ``--compare DIR DIR ...`` overlays finished runs instead.
+
+::
+
+    hf-meds-cliff eval --model_name_or_path M --benchmarks aime24 math500 --num_samples 16 --output_dir D
+    hf-meds-cliff eval --backend openai --base_url http://127.0.0.1:8000/v1 --model_name_or_path M \
+        --api_key_env OPENAI_API_KEY --benchmarks humaneval --output_dir D      # a served model
+    hf-meds-cliff eval --samples samples.jsonl --benchmarks humaneval --output_dir D  # generations made elsewhere
 """
 
 from __future__ import annotations

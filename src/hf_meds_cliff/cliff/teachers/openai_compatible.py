@@ -7,37 +7,21 @@ training on the same node, e.g.::
     accelerate launch --num_processes 7 scripts/train_cliff.py ... \\
         --teacher_base_url http://127.0.0.1:8001/v1 --teacher_model Qwen/Qwen3-32B
 
-Robustness: a bounded number of requests in flight (a semaphore per event loop), a per-request
-timeout, and retries with exponential backoff and jitter on timeouts, connection errors, HTTP 408/409/
-425/429 and 5xx, waiting at least what a ``Retry-After`` header asks (capped at ``backoff_max``). Other
-HTTP errors are not retried.
-
-Why not the ``openai`` SDK's ``AsyncOpenAI`` (it retries, backs off and honours ``Retry-After`` too):
-its retries happen inside the client, so the ``requests``/``retries``/``failures/<kind>`` counters the
-trainer logs would need hooks into its transport; without an explicit key it either refuses to start or
-sends ``OPENAI_API_KEY`` from the environment to whatever ``base_url`` is configured (a local or
-third-party teacher); its timeout bounds each read, not a reply trickled byte by byte (bounded here with
-``asyncio.wait_for``); and it would add a second HTTP stack (openai 3.x ships ``httpx2``) to a library that
-needs one POST route. The loop below is small and tested against a scripted server and ``transformers serve``. Every failure ends as a :class:`Judgment` status (or a
-:class:`SolveFailure` from :meth:`solve`) and a counter; nothing raises into the trainer. The API key is read
-from an environment variable whose *name* is configured; the key itself is never logged or shown
-in ``repr``.
+The HTTP part (bounded concurrency, timeouts, retries with backoff that respect ``Retry-After``, token usage) is
+:class:`hf_meds_cliff.chat_client.OpenAIChatClient`, shared with the evaluation's ``--backend openai``; its
+docstring says why it is not the ``openai`` SDK. Every failure ends as a :class:`Judgment` status (or a
+:class:`SolveFailure` from :meth:`solve`) and a counter; nothing raises into the trainer. A malformed reply is not
+retried (it is a judgment status of its own). The API key is read from an environment variable whose *name* is
+configured; the key itself is never logged or shown in ``repr``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
-import os
-import random
-import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
+from ...chat_client import REQUEST_COST, OpenAIChatClient, RequestFailed, retry_after_seconds
 from ..judging import build_judge_messages, build_solve_messages, check_domain, parse_judgment
 from .base import Judgment, SolveFailure
 
@@ -45,27 +29,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["REQUEST_COST", "OpenAICompatibleTeacher"]
 
-REQUEST_COST: contextvars.ContextVar[Counter | None] = contextvars.ContextVar(
-    "cliff_request_cost", default=None
-)
-"""Per-task cost accounting: set it to a ``Counter`` in an asyncio task and every request the task (and the tasks
-it starts) sends adds ``requests``, ``request_seconds`` (time from sending to the reply, not waiting for a free
-concurrency slot) and, from the server's ``usage``, ``prompt_tokens``,
-``completion_tokens`` and ``usage_reported`` to it. ``hf-meds-cliff judge-eval`` uses it to cost each item; the
-teacher's own ``counters`` get the same keys summed over all requests."""
-
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_RequestFailed = RequestFailed  # the name this module used before the client was shared
+_retry_after_seconds = retry_after_seconds
 
 
-class _RequestFailed(Exception):
-    """A request failed for good (after retries); ``kind`` is a judgment status."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
-
-
-class OpenAICompatibleTeacher:
+class OpenAICompatibleTeacher(OpenAIChatClient):
     """Teacher served by an OpenAI-compatible chat-completions endpoint.
 
     Args:
@@ -107,48 +75,25 @@ class OpenAICompatibleTeacher:
         domain: str = "math",
     ):
         check_domain(domain)
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"`base_url` must be an http(s) URL such as 'http://127.0.0.1:8000/v1', got {base_url!r}."
-            )
         if not isinstance(model, str):
             raise TypeError(f"`model` must be a str, got {type(model).__name__}: {model!r}.")
-        if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"`max_concurrency` must be an int >= 1, got {max_concurrency!r}.")
-        if not (isinstance(max_retries, int) and max_retries >= 0):
-            raise ValueError(f"`max_retries` must be an int >= 0, got {max_retries!r}.")
-        for label, value in (
-            ("timeout", timeout),
-            ("backoff_base", backoff_base),
-            ("backoff_max", backoff_max),
-        ):
-            if not isinstance(value, (int, float)) or value < 0 or (label == "timeout" and value == 0):
-                raise ValueError(f"`{label}` must be a positive number of seconds, got {value!r}.")
-        self._api_key: str | None = os.environ.get(api_key_env) if api_key_env else None
-        if api_key_env and self._api_key is None:
-            logger.info("Teacher API key variable %s is not set: requests carry no API key.", api_key_env)
-        self.base_url = base_url.rstrip("/")
+        super().__init__(
+            base_url,
+            api_key_env=api_key_env,
+            max_concurrency=max_concurrency,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+        )
         self.model = model
-        self.api_key_env = api_key_env
         self.name = name or model
         self.domain = domain
-        self.max_concurrency = max_concurrency
-        self.timeout = float(timeout)
-        self.max_retries = max_retries
-        self.backoff_base = float(backoff_base)
-        self.backoff_max = float(backoff_max)
         self.solve_temperature = solve_temperature
         self.judge_temperature = judge_temperature
         self.solve_max_tokens = solve_max_tokens
         self.judge_max_tokens = judge_max_tokens
         self.extra_body = dict(extra_body or {})
-        self.counters: Counter[str] = Counter()
-        # httpx clients and asyncio semaphores are bound to the loop that first uses them; the trainer
-        # may run one loop per step (asyncio.run), so keep one pair per live loop.
-        self._per_loop: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
-        self._rng = random.Random()
-        # Loading CA certificates costs ~0.2 s per client; build the context once, share it across loops.
-        self._ssl_context = httpx.create_ssl_context() if self.base_url.startswith("https://") else None
 
     def __repr__(self) -> str:
         return (
@@ -156,35 +101,8 @@ class OpenAICompatibleTeacher:
             f"api_key_env={self.api_key_env!r}, max_concurrency={self.max_concurrency}, timeout={self.timeout})"
         )
 
-    def _loop_resources(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        loop = asyncio.get_running_loop()
-        for stale in [other for other in self._per_loop if other.is_closed()]:
-            del self._per_loop[stale]  # its sockets died with the loop
-        if loop not in self._per_loop:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            client = httpx.AsyncClient(
-                base_url=self.base_url,
-                headers=headers,
-                verify=self._ssl_context if self._ssl_context is not None else False,
-                timeout=httpx.Timeout(self.timeout),
-                limits=httpx.Limits(
-                    max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency
-                ),
-            )
-            self._per_loop[loop] = (client, asyncio.Semaphore(self.max_concurrency))
-        return self._per_loop[loop]
-
-    def _backoff(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds before retry ``attempt + 1``: exponential with +-50 % jitter, at least ``retry_after``
-        (the server's ``Retry-After``), never more than ``backoff_max``."""
-        delay = min(self.backoff_max, self.backoff_base * (2**attempt)) * self._rng.uniform(0.5, 1.5)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.backoff_max))
-        return delay
-
     async def _chat(self, messages: list[dict[str, str]], temperature: float, max_tokens: int) -> str:
-        """Content of the first choice; raises :class:`_RequestFailed` after exhausting retries."""
-        client, semaphore = self._loop_resources()
+        """Content of the first choice; raises :class:`RequestFailed` after exhausting retries."""
         payload = {
             "model": self.model,
             "messages": messages,
@@ -192,84 +110,7 @@ class OpenAICompatibleTeacher:
             "max_tokens": max_tokens,
             **self.extra_body,
         }
-        last_kind, last_message = "error", ""
-        retry_after: float | None = None
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                self.counters["retries"] += 1
-                await asyncio.sleep(self._backoff(attempt - 1, retry_after))
-                retry_after = None
-            self.counters["requests"] += 1
-            cost = REQUEST_COST.get()
-            if cost is not None:
-                cost["requests"] += 1
-            request_started: float | None = (
-                None  # set once a concurrency slot is free: queueing is not latency
-            )
-            try:
-                async with semaphore:
-                    request_started = time.perf_counter()
-                    # httpx's timeout bounds each read; wait_for also bounds a reply trickled byte by byte
-                    response = await asyncio.wait_for(
-                        client.post("/chat/completions", json=payload), self.timeout
-                    )
-            except (httpx.TimeoutException, asyncio.TimeoutError) as error:
-                self._count_seconds(cost, request_started)
-                last_kind, last_message = "timeout", f"timeout after {self.timeout}s: {type(error).__name__}"
-                continue
-            except httpx.TransportError as error:
-                self._count_seconds(cost, request_started)
-                last_kind, last_message = "connection_error", f"{type(error).__name__}: {error}"
-                continue
-            self._count_seconds(cost, request_started)
-            if response.status_code != 200:
-                last_kind, last_message = "http_error", f"HTTP {response.status_code}: {response.text[:300]}"
-                if response.status_code in _RETRYABLE_STATUS:
-                    retry_after = _retry_after_seconds(response.headers.get("retry-after"))
-                    continue
-                break
-            try:
-                body = response.json()
-                message = body["choices"][0]["message"]
-                content = message.get("content")
-                if content is None:
-                    content = message.get("reasoning_content") or ""
-                if not isinstance(content, str):
-                    raise TypeError(f"content is {type(content).__name__}")
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
-                raise _RequestFailed(
-                    "bad_response", f"not a chat completion ({error}): {response.text[:300]}"
-                ) from None
-            self._count_usage(cost, body.get("usage") if isinstance(body, dict) else None)
-            return content
-        raise _RequestFailed(last_kind, last_message)
-
-    def _count_seconds(self, cost: Counter | None, started: float | None) -> None:
-        """Add a request's duration (from sending it, not from waiting for a free slot) to ``request_seconds``."""
-        if started is None:
-            return
-        seconds = time.perf_counter() - started
-        self.counters["request_seconds"] += seconds
-        if cost is not None:
-            cost["request_seconds"] += seconds
-
-    def _count_usage(self, cost: Counter | None, usage: Any) -> None:
-        """Add the server's ``usage`` token counts (absent or malformed ``usage``: nothing is added)."""
-        if not isinstance(usage, dict):
-            return
-        counts = {
-            key: usage.get(key)
-            for key in ("prompt_tokens", "completion_tokens")
-            if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool)
-        }
-        if not counts:
-            return
-        for target in (self.counters, cost):
-            if target is None:
-                continue
-            target["usage_reported"] += 1
-            for key, value in counts.items():
-                target[key] += value
+        return await self._post_chat(payload, _first_choice_content)
 
     async def ask(self, messages: list[dict[str, str]]) -> str | SolveFailure:
         """The reply to free-form chat ``messages`` at the judge's temperature and ``max_tokens`` (e.g.
@@ -278,7 +119,7 @@ class OpenAICompatibleTeacher:
         self.counters["ask_calls"] += 1
         try:
             return await self._chat(messages, self.judge_temperature, self.judge_max_tokens)
-        except _RequestFailed as failure:
+        except RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to answer (%s): %s", self.name, failure.kind, failure)
             return SolveFailure(failure.kind, str(failure))
@@ -296,7 +137,7 @@ class OpenAICompatibleTeacher:
                 self.solve_temperature,
                 self.solve_max_tokens,
             )
-        except _RequestFailed as failure:
+        except RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to solve a problem (%s): %s", self.name, failure.kind, failure)
             return SolveFailure(failure.kind, str(failure))
@@ -320,7 +161,7 @@ class OpenAICompatibleTeacher:
                 problem, reference, sentences, domain=self.domain, execution=execution
             )
             answer = await self._chat(messages, self.judge_temperature, self.judge_max_tokens)
-        except _RequestFailed as failure:
+        except RequestFailed as failure:
             self.counters[f"failures/{failure.kind}"] += 1
             logger.warning("Teacher %s failed to judge (%s): %s", self.name, failure.kind, failure)
             return Judgment(None, None, failure.kind, str(failure))
@@ -333,22 +174,13 @@ class OpenAICompatibleTeacher:
             self.counters[f"failures/{judgment.status}"] += 1
         return judgment
 
-    async def aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        resources = self._per_loop.pop(loop, None)
-        if resources is not None:
-            await resources[0].aclose()
-        self._per_loop.clear()  # clients of other (closed) loops cannot be closed from here
 
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    """A ``Retry-After`` header given in seconds (the HTTP-date form is ignored: backoff applies).
-
-    >>> _retry_after_seconds("2.5"), _retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT"), _retry_after_seconds(None)
-    (2.5, None, None)
-    """
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+def _first_choice_content(body: Any) -> str:
+    """The text of a chat completion's first choice (``reasoning_content`` when ``content`` is null)."""
+    message = body["choices"][0]["message"]
+    content = message.get("content")
+    if content is None:
+        content = message.get("reasoning_content") or ""
+    if not isinstance(content, str):
+        raise TypeError(f"content is {type(content).__name__}")
+    return content
