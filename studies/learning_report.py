@@ -13,16 +13,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_study import (
-    CANDIDATES,
-    MAX_RUN_MINUTES,
-    MIN_PASS1_GAIN,
-    MIN_SEEDS_WITH_GAIN,
-    NOISE_SDS,
-    decide,
-    no_collapse_ratio,
-)
-from study_common import ALL_METHODS, finite, mean_std, paired_test
+from learning_design import CANDIDATES, MAX_RUN_MINUTES, MIN_PASS1_GAIN, MIN_SEEDS_WITH_GAIN, NOISE_SDS, decide
+from study_common import ALL_METHODS, expected_distinct, finite, mean_std, paired_test
 
 READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
 PAIRS = (
@@ -179,6 +171,22 @@ def stage2_section(results: Path, figures: Path) -> str:
     if figure is not None:
         lines += [f"![held-out pass@1 during training]({figure})", ""]
     return "\n".join(lines)
+
+
+def no_collapse_ratio(run: dict, warmup: dict) -> list[dict]:
+    """Per probe step: observed distinct wrong answers per prompt over the number expected when the same number
+    of wrong answers is drawn from the warm-up's own wrong answers (rarefaction): < 1 is error collapse."""
+    reference = warmup["diversity_reference"]["wrong_answers"]
+    rows = []
+    for record in run["probe"]:
+        observed, expected = [], []
+        for wrong, pool in zip(record["wrong_answers"], reference):
+            if wrong and pool:
+                observed.append(len(set(wrong)))
+                expected.append(expected_distinct(pool, len(wrong)))
+        ratio = sum(observed) / sum(expected) if expected and sum(expected) > 0 else math.nan
+        rows.append({"step": record["step"], "ratio": ratio})
+    return rows
 
 
 def mean_curve(group: list[dict]) -> list[tuple[int, float]]:
