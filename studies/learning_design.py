@@ -138,3 +138,99 @@ def decide(results: Path, candidates) -> dict:
         "complete": complete,
         "chosen": chosen,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# stage 3 (issue 28): the open questions of stage 2 as pre-registered ablations
+# --------------------------------------------------------------------------------------------
+
+STAGE3_REGIME = "trap-lr1e-4-long"
+"""Stage 1's chosen regime (the same regime and budget as stage 2)."""
+STAGE3_SEEDS = tuple(range(100, 108))
+"""Fresh training seeds (stage 1 and 2 used 0-7): no run of an earlier stage is reused; run seed s is evaluated with
+evaluation seed s, as before."""
+STAGE3_TEST_STREAM = "learning-stage3-test"
+"""The stage-3 test problems: a fresh draw of the test split that excludes every validation problem."""
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+FAMILY_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One stage-3 arm: a study method (``study_common.method_config``) plus the config fields that define the arm."""
+
+    name: str
+    method: str  # grpo, dapo, meds or cliff (study_common's methods)
+    overlong: bool  # DAPO's soft overlong penalty as a second reward (stage 2: on for DAPO and MEDS, off otherwise)
+    overrides: tuple[tuple[str, object], ...] = ()  # config fields on top of the method's (frozen: a tuple of pairs)
+    why: str = ""
+
+    @property
+    def config_overrides(self) -> dict:
+        return dict(self.overrides)
+
+
+STAGE3_ARMS = (
+    Arm("grpo", "grpo", False, why="baseline: GRPO's loss, no overlong penalty (as in stage 2)"),
+    Arm("dapo", "dapo", True, why="baseline: DAPO's loss and overlong penalty, no dynamic sampling (as in stage 2)"),
+    Arm("dapo_no_overlong", "dapo", False, why="DAPO without the overlong penalty (stage 2's confound)"),
+    Arm("dapo_ds", "dapo", True, (("dynamic_sampling", True),), why="DAPO with dynamic sampling on accuracy"),
+    Arm(
+        "meds_ds", "meds", True, (("dynamic_sampling", True),),
+        why="MEDS with dynamic sampling on accuracy and the overlong penalty: the reference recipe (run_meds.sh)",
+    ),
+    Arm("meds", "meds", True, why="MEDS with the library's default on zero-variance groups, no dynamic sampling"),
+    Arm(
+        "meds_answer", "meds", True, (("meds_cluster_by", "answer"),),
+        why="MEDS with answer-oracle clusters (exact final answer): the idea without the features",
+    ),
+    Arm(
+        "meds_noise_free", "meds", True, (("meds_noise_policy", "ignore"),),
+        why="MEDS whose rows voted into HDBSCAN noise are not penalised (the paper's wording)",
+    ),
+    Arm("cliff", "cliff", False, why="baseline: Cliff as in stage 2 (exact rule teacher, λ = 0, re-centred by b)"),
+    Arm("cliff_b0", "cliff", False, (("cliff_recentre", False),), why="Cliff without re-centring (b = 0)"),
+    Arm(
+        "grpo_teacher_paper", "cliff", False, (("cliff_split_credit", False), ("cliff_recentre", False)),
+        why="GRPO with Teacher as the paper describes it: one advantage per rollout, no b (stage 2's grpo_teacher "
+        "subtracted b and ignored the teacher's output)",
+    ),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A pre-registered comparison ``arm − baseline`` on held-out pass@1 with the predicted sign of the difference."""
+
+    name: str
+    arm: str
+    baseline: str
+    direction: int  # +1: arm above baseline; -1: below
+    statement: str
+
+
+STAGE3_HYPOTHESES = (
+    Hypothesis("H1", "meds", "dapo", +1,
+               "MEDS with zero-variance groups left unshaped beats DAPO (the paper's claim, without stage 2's "
+               "shaping of all-wrong groups)"),
+    Hypothesis("H2", "meds_ds", "dapo_ds", +1, "In the reference recipe (dynamic sampling) MEDS beats DAPO"),
+    Hypothesis("H3", "dapo_ds", "dapo", +1, "Dynamic sampling raises DAPO's pass@1 at the same number of steps"),
+    Hypothesis("H4", "meds_answer", "meds", +1,
+               "Clustering by the exact answer beats clustering by the features (the features are the weak part)"),
+    Hypothesis("H5", "meds_noise_free", "meds", +1,
+               "Not penalising noise rows beats penalising them by the noise count"),
+    Hypothesis("H6", "dapo_no_overlong", "dapo", +1,
+               "The overlong penalty costs DAPO pass@1 here (10-13 % of correct solutions exceed the buffer's start)"),
+    Hypothesis("H7", "dapo_no_overlong", "grpo", -1,
+               "Without the overlong penalty, DAPO's loss is still below GRPO's (stage 2's reading, confound removed)"),
+    Hypothesis("H8", "cliff_b0", "cliff", +1,
+               "Cliff without re-centring beats Cliff (stage 2: subtracting b cost GRPO 1.5 points)"),
+    Hypothesis("H9", "cliff", "grpo_teacher_paper", +1,
+               "Cliff beats GRPO with Teacher as the paper describes it (the paper's ablation)"),
+)  # fmt: skip
+"""The family over which Holm's correction runs (pass@1, the primary metric; pass@16 is a second family)."""
+
+STAGE3_CHECKS = (("grpo_teacher_paper", "grpo"),)
+"""Reported, not tested: with an exact teacher that never disagrees with the verifier (0 disagreements in all 16
+stage-2 Cliff runs) the paper's GRPO with Teacher gives GRPO's advantages, so any difference is a defect."""

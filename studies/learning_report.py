@@ -13,7 +13,22 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_design import CANDIDATES, MAX_RUN_MINUTES, MIN_PASS1_GAIN, MIN_SEEDS_WITH_GAIN, NOISE_SDS, decide
+from learning_design import (
+    BOOTSTRAP_RESAMPLES,
+    CANDIDATES,
+    FAMILY_ALPHA,
+    MAX_RUN_MINUTES,
+    MIN_PASS1_GAIN,
+    MIN_SEEDS_WITH_GAIN,
+    NOISE_SDS,
+    STAGE3_ARMS,
+    STAGE3_CHECKS,
+    STAGE3_HYPOTHESES,
+    STAGE3_REGIME,
+    STAGE3_SEEDS,
+    STAGE3_TEST_STREAM,
+    decide,
+)
 from study_common import ALL_METHODS, expected_distinct, finite, mean_std, paired_test
 
 READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
@@ -189,6 +204,74 @@ def no_collapse_ratio(run: dict, warmup: dict) -> list[dict]:
     return rows
 
 
+def stage3_rules_section() -> str:
+    """The stage-3 rules, arms and hypotheses, rendered from ``learning_design.py`` (committed before any run)."""
+    seeds = f"{STAGE3_SEEDS[0]}-{STAGE3_SEEDS[-1]}"
+    lines = [
+        "## Stage 3: the open questions as pre-registered ablations (rules written before any run)",
+        "",
+        "Issue 28's audit left five points open: MEDS shaped all-wrong groups (the reference recipe filters them "
+        "out), stage 2's \"GRPO with Teacher\" measured Cliff's re-centring b rather than a teacher, the DAPO arms "
+        "carried the overlong penalty and GRPO did not, the protocol had gaps, and MEDS's features may not track "
+        "the answers. Stage 3 tests each as a separate arm, with these rules:",
+        "",
+        f"- **Regime and budget:** `{STAGE3_REGIME}` (stage 1's choice), with stage 2's steps, pool, prompts per step, "
+        "rollouts, learning rate and schedule. The dynamic-sampling arms keep the number of steps and the batch "
+        "size; their batch is filled from extra generation rounds (at most 10, as in the reference), so they draw "
+        "more rollouts per step: that is part of the recipe being tested.",
+        f"- **Seeds:** {len(STAGE3_SEEDS)} per arm, training seeds {seeds} (stages 1 and 2 used 0-7); every arm is "
+        "trained in stage 3, no earlier run is reused. Run seed s is evaluated with evaluation seed s.",
+        "- **Problems:** the hypotheses are tested on a *test set* of 128 trap problems of the test split drawn "
+        f"fresh (stream `{STAGE3_TEST_STREAM}`), which excludes the 128 held-out problems of stages 1 and 2. Those "
+        "(on which the regime was chosen) are the *validation set*: stage 3 makes no choice, and any that turned "
+        "out to be needed would be made on the validation set only. Both sets are evaluated (16 samples each).",
+        "- **Saved per run** (`docs/learning_study_results/stage3-<arm>-seed<k>.json`): `stage: 3`, the arm, its "
+        "method and config fields, the seed, held-out pass@1..16 on both sets, each problem's number of correct "
+        "samples out of 16 (`heldout_correct`, `validation_correct`), the commit of the code (and whether the "
+        "working tree had local changes) and the start and end time (UTC).",
+        "- **Statistics:** for each comparison arm − baseline, the difference in mean pass@k over seeds and "
+        "problems (unbiased estimator per problem and seed). 95 % confidence interval: percentile bootstrap with "
+        f"{BOOTSTRAP_RESAMPLES:,} resamples, resampling seeds (paired: the same seed indices for both arms) and "
+        "problems (the same problems for both arms) with replacement. p-value: two-sided, from the same bootstrap, "
+        "p = min(1, 2 min(#{Δ* ≤ 0} + 1, #{Δ* ≥ 0} + 1) / (B + 1)). Holm's correction runs over the "
+        f"{len(STAGE3_HYPOTHESES)} hypotheses below on pass@1 (the primary metric, family-wise α = {FAMILY_ALPHA:g}); "
+        "pass@16 is a second family with the same procedure. The paired t-test over seeds is shown beside, not used "
+        "for the verdicts.",
+        f"- **Verdicts:** *holds* when the Holm-adjusted p is below {FAMILY_ALPHA:g} and the difference has the "
+        "predicted sign; *reversed* when it is below with the other sign; otherwise *not shown* (which is not a "
+        "claim of equality).",
+        "- **MEDS's default:** the MEDS arms use `MEDSConfig`'s default on groups whose correctness has no variance "
+        "(issue 28: no shaping there, as in the reference, where such groups never reach the loss); the results "
+        "files record every `meds_*` field, so the report shows which code ran.",
+        "- **Failures:** a run that fails is rerun with the same seed; no arm or seed is dropped after the fact. An "
+        "arm that cannot finish is reported as failed, with its error.",
+        "",
+        "| arm | method | config on top of the method | overlong penalty | why |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in STAGE3_ARMS:
+        overrides = ", ".join(f"`{k}={v!r}`" for k, v in arm.overrides) or "–"
+        overlong = "on" if arm.overlong else "off"
+        lines.append(f"| `{arm.name}` | {arm.method} | {overrides} | {overlong} | {arm.why} |")
+    lines += ["", "Hypotheses (held-out pass@1 on the test set; the family of Holm's correction):", ""]
+    lines += ["| | comparison | predicted | hypothesis |", "|---|---|---|---|"]
+    for h in STAGE3_HYPOTHESES:
+        sign = "arm > baseline" if h.direction > 0 else "arm < baseline"
+        lines.append(f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {h.statement}. |")
+    checks = ", ".join(f"`{a}` − `{b}`" for a, b in STAGE3_CHECKS)
+    lines += [
+        "",
+        f"Check, not a hypothesis ({checks}): with an exact teacher that never disagrees with the verifier (0 "
+        "disagreements in all 16 stage-2 Cliff runs), the paper's GRPO with Teacher gives GRPO's advantages, so the "
+        "two arms should differ by nothing but chance; a difference would be a defect.",
+        "",
+        "Run: `python studies/learning_study.py --stage 3` (all arms, seed-major; two processes split the seeds with "
+        "`--seeds 100 101 102 103` and `--seeds 107 106 105 104`), then `--report docs/learning_study.md`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def mean_curve(group: list[dict]) -> list[tuple[int, float]]:
     """``(step, mean held-out pass@1 on the curve subset)`` over the runs of one method."""
     steps = sorted({point["step"] for run in group for point in run["curve"]})
@@ -256,6 +339,7 @@ def write_report(results: Path, report_path: Path, candidates=CANDIDATES) -> Non
             "",
             stage1_section(results, candidates),
             stage2_section(results, figures),
+            stage3_rules_section(),
             "## Reading",
             "",
             reading,

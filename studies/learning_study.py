@@ -40,7 +40,8 @@ import torch
 from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import study_common  # this folder's shared module
+import learning_design  # this folder's modules
+import study_common
 from learning_design import (  # noqa: F401  (re-exported: the study's design is read from here too)
     CANDIDATES,
     KS,

@@ -79,6 +79,32 @@ def test_candidates_are_the_preregistered_ones():
     assert (study.MIN_PASS1_GAIN, study.MIN_SEEDS_WITH_GAIN, study.NOISE_SDS) == (0.05, 4, 2.0)
 
 
+def test_stage3_design_is_the_preregistered_one():
+    # Stage 3's arms, hypotheses and statistics were committed before any stage-3 run (docs/learning_study.md renders
+    # them from learning_design.py); a change afterwards is a change of the study that must show up in review.
+    design = study.learning_design
+    assert [(a.name, a.method, a.overlong, a.overrides) for a in design.STAGE3_ARMS] == [
+        ("grpo", "grpo", False, ()),
+        ("dapo", "dapo", True, ()),
+        ("dapo_no_overlong", "dapo", False, ()),
+        ("dapo_ds", "dapo", True, (("dynamic_sampling", True),)),
+        ("meds_ds", "meds", True, (("dynamic_sampling", True),)),
+        ("meds", "meds", True, ()),
+        ("meds_answer", "meds", True, (("meds_cluster_by", "answer"),)),
+        ("meds_noise_free", "meds", True, (("meds_noise_policy", "ignore"),)),
+        ("cliff", "cliff", False, ()),
+        ("cliff_b0", "cliff", False, (("cliff_recentre", False),)),
+        ("grpo_teacher_paper", "cliff", False, (("cliff_split_credit", False), ("cliff_recentre", False))),
+    ]
+    assert [(h.name, h.arm, h.baseline, h.direction) for h in design.STAGE3_HYPOTHESES] == [
+        ("H1", "meds", "dapo", 1), ("H2", "meds_ds", "dapo_ds", 1), ("H3", "dapo_ds", "dapo", 1),
+        ("H4", "meds_answer", "meds", 1), ("H5", "meds_noise_free", "meds", 1), ("H6", "dapo_no_overlong", "dapo", 1),
+        ("H7", "dapo_no_overlong", "grpo", -1), ("H8", "cliff_b0", "cliff", 1), ("H9", "cliff", "grpo_teacher_paper", 1),
+    ]  # fmt: skip
+    assert design.STAGE3_SEEDS == tuple(range(100, 108)) and design.STAGE3_REGIME == "trap-lr1e-4-long"
+    assert (design.BOOTSTRAP_RESAMPLES, design.FAMILY_ALPHA) == (10_000, 0.05)
+
+
 @pytest.mark.slow
 def test_quick_mode_writes_the_results_format_and_the_report(toy_policy_path, tmp_path):
     results, report = tmp_path / "results", tmp_path / "docs" / "learning_study.md"
