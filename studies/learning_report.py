@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learning_design import (
     BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
     CANDIDATES,
     FAMILY_ALPHA,
     MAX_RUN_MINUTES,
@@ -29,7 +30,16 @@ from learning_design import (
     STAGE3_TEST_STREAM,
     decide,
 )
-from study_common import ALL_METHODS, expected_distinct, finite, mean_std, paired_test
+from study_common import (
+    ALL_METHODS,
+    bootstrap_difference,
+    expected_distinct,
+    finite,
+    holm,
+    mean_std,
+    paired_test,
+    pass_at_k_matrix,
+)
 
 READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
 PAIRS = (
@@ -102,7 +112,7 @@ def stage1_section(results: Path, candidates=CANDIDATES) -> str:
 def _runs(results: Path) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for path in sorted(results.glob("*-seed*.json")):
-        if path.name.startswith("stage1-"):
+        if path.name.startswith(("stage1-", "stage3-")):
             continue
         run = json.loads(path.read_text())
         runs.setdefault(run["method"], []).append(run)
@@ -272,6 +282,103 @@ def stage3_rules_section() -> str:
     return "\n".join(lines)
 
 
+def stage3_runs(results: Path) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: run}}`` of the stage-3 results files (the warm-up's file excluded)."""
+    runs: dict[str, dict[int, dict]] = {}
+    for path in sorted(results.glob("stage3-*-seed*.json")):
+        run = json.loads(path.read_text())
+        runs.setdefault(run["arm"], {})[run["seed"]] = run
+    return runs
+
+
+def stage3_comparison(arm_runs: dict[int, dict], baseline_runs: dict[int, dict], k: int) -> dict | None:
+    """Bootstrap difference of held-out pass@k (test set) between two arms over their common seeds, with the paired
+    t-test over seeds beside it; None with fewer than 2 common seeds or fewer than ``k`` samples per problem."""
+    seeds = sorted(set(arm_runs) & set(baseline_runs))
+    if len(seeds) < 2:
+        return None
+    n = arm_runs[seeds[0]]["samples_per_problem"]
+    if k > n:
+        return None
+    arm = pass_at_k_matrix([arm_runs[s]["heldout_correct"] for s in seeds], n, k)
+    baseline = pass_at_k_matrix([baseline_runs[s]["heldout_correct"] for s in seeds], n, k)
+    result = bootstrap_difference(arm, baseline, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+    result["t_p"] = paired_test(list(arm.mean(axis=1) - baseline.mean(axis=1)))["t_p"]
+    result["seeds"] = len(seeds)
+    return result
+
+
+def verdict(difference: float, adjusted_p: float, direction: int) -> str:
+    """*holds* / *reversed* / *not shown* by the pre-registered rule (Holm-adjusted p below the family's α).
+
+    >>> verdict(0.02, 0.01, +1), verdict(-0.02, 0.01, +1), verdict(0.02, 0.2, +1), verdict(-0.02, 0.01, -1)
+    ('holds', 'reversed', 'not shown', 'holds')
+    """
+    if math.isnan(adjusted_p) or adjusted_p >= FAMILY_ALPHA:
+        return "not shown"
+    return "holds" if difference * direction > 0 else "reversed"
+
+
+def stage3_results_section(results: Path) -> str:
+    runs = stage3_runs(results)
+    if not runs:
+        return "### Stage 3 results\n\nNot run yet.\n"
+    lines = [
+        "### Stage 3 results",
+        "",
+        "Held-out pass@k (%, mean ± sd over seeds) on the stage-3 test set, and pass@1 on the validation set; the "
+        "code each arm's runs came from.",
+        "",
+        "| arm | seeds | pass@1 | pass@4 | pass@16 | validation pass@1 | commits |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    warmup_path = results / "stage3-warmup.json"
+    if warmup_path.exists():
+        per_seed = json.loads(warmup_path.read_text())["per_eval_seed"].values()
+        cells = " | ".join(mean_std([v["heldout"].get(f"pass@{k}") for v in per_seed], 100) for k in (1, 4, 16))
+        lines.append(f"| warm-up | – | {cells} | {mean_std([v['validation']['pass@1'] for v in per_seed], 100)} | |")
+    for arm in [a.name for a in STAGE3_ARMS if a.name in runs] + sorted(set(runs) - {a.name for a in STAGE3_ARMS}):
+        group = list(runs[arm].values())
+        commits = sorted({(r.get("commit") or "unknown")[:8] + ("+dirty" if r.get("dirty") else "") for r in group})
+        cells = " | ".join(mean_std([r["heldout"].get(f"pass@{k}") for r in group], 100) for k in (1, 4, 16))
+        lines.append(
+            f"| `{arm}` | {len(group)} | {cells} | {mean_std([r['validation']['pass@1'] for r in group], 100)} "
+            f"| {', '.join(commits)} |"
+        )
+    for k, family in ((1, "primary"), (16, "secondary")):
+        lines += [
+            "",
+            f"Pre-registered comparisons, held-out pass@{k} ({family} family): difference in points with its 95 % "
+            f"bootstrap CI over problems and seeds ({BOOTSTRAP_RESAMPLES:,} resamples), bootstrap p, Holm-adjusted "
+            "p over the family, and the paired t-test over seeds (not used for the verdict).",
+            "",
+            "| | comparison | predicted | seeds | Δ (95 % CI) | p | p (Holm) | p (t, seeds) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        compared = [
+            (h, stage3_comparison(runs.get(h.arm, {}), runs.get(h.baseline, {}), k)) for h in STAGE3_HYPOTHESES
+        ]
+        adjusted = holm([c["p"] if c is not None else math.nan for _, c in compared])
+        for (h, c), p_holm in zip(compared, adjusted):
+            sign = ">" if h.direction > 0 else "<"
+            if c is None:
+                lines.append(f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | – | no pair of runs yet | | | | |")
+                continue
+            lines.append(
+                f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {c['seeds']} | {100 * c['difference']:+.1f} "
+                f"({100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}) | {c['p']:.4f} | {p_holm:.4f} "
+                f"| {c['t_p']:.3f} | {verdict(c['difference'], p_holm, h.direction)} |"
+            )
+        for arm, baseline in STAGE3_CHECKS:
+            c = stage3_comparison(runs.get(arm, {}), runs.get(baseline, {}), k)
+            if c is not None:
+                lines.append(
+                    f"| check | `{arm}` − `{baseline}` | = | {c['seeds']} | {100 * c['difference']:+.1f} "
+                    f"({100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}) | {c['p']:.4f} | – | {c['t_p']:.3f} | – |"
+                )
+    return "\n".join([*lines, ""])
+
+
 def mean_curve(group: list[dict]) -> list[tuple[int, float]]:
     """``(step, mean held-out pass@1 on the curve subset)`` over the runs of one method."""
     steps = sorted({point["step"] for run in group for point in run["curve"]})
@@ -340,6 +447,7 @@ def write_report(results: Path, report_path: Path, candidates=CANDIDATES) -> Non
             stage1_section(results, candidates),
             stage2_section(results, figures),
             stage3_rules_section(),
+            stage3_results_section(results),
             "## Reading",
             "",
             reading,
