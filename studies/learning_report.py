@@ -252,7 +252,7 @@ def stage3_rules_section() -> str:
         "claim of equality).",
         "- **MEDS's default:** the MEDS arms use `MEDSConfig`'s default on groups whose correctness has no variance "
         "(issue 28: no shaping there, as in the reference, where such groups never reach the loss); the results "
-        "files record every `meds_*` field, so the report shows which code ran.",
+        "files record every `meds_*` field and the commit, so which code ran can be checked for every run.",
         "- **Failures:** a run that fails is rerun with the same seed; no arm or seed is dropped after the fact. An "
         "arm that cannot finish is reported as failed, with its error.",
         "",

@@ -143,3 +143,49 @@ def test_trainer_clusters_by_the_exact_final_answer(toy_policy_path, tmp_path):
     np.testing.assert_allclose(trainer.meds_last_penalties, expected_penalty, atol=1e-6)
     logged = [record for record in trainer.state.log_history if "meds/answer_memory/clusters_per_key" in record]
     assert len(logged) == 3
+
+
+@pytest.mark.slow
+def test_answer_memory_is_checkpointed_and_restored(toy_policy_path, tmp_path):
+    """A resumed answer-oracle run restores the answer memory from checkpoint-N/meds_memory and continues exactly as
+    the uninterrupted run (same stored answers, cluster sizes and penalties at the resumed step)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff.data import completion_text
+    from hf_meds_cliff.meds.trainer import MEDSGRPOTrainer
+    from hf_meds_cliff.toy import make_toy_dataset
+    from hf_meds_cliff.toy.warmup import boxed_integer
+
+    def exact_answer_reward(completions, answer, **kwargs):
+        return [1.0 if boxed_integer(completion_text(c)) == int(a) else 0.0 for c, a in zip(completions, answer)]
+
+    torch.set_num_threads(1)
+
+    def trainer(output_dir):
+        tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
+        tokenizer.padding_side = "left"
+        # one epoch (3 steps x 2 prompts): TRL's sampler restarts on resume, so the run must not reach a reshuffle
+        args = _config(output_dir, meds_cluster_by="answer", save_strategy="steps", save_steps=2)
+        return MEDSGRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(toy_policy_path),
+            reward_funcs=[MixedGroupsReward(exact_answer_reward, 4)],
+            args=args,
+            train_dataset=make_toy_dataset("train", 6, seed=0),
+            processing_class=tokenizer,
+        )
+
+    uninterrupted = trainer(tmp_path / "a")
+    uninterrupted.train()
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    assert (checkpoint / "meds_memory" / "meds_answer_memory.json").is_file()
+    shutil.copytree(checkpoint, tmp_path / "b" / "checkpoint-2")
+    resumed = trainer(tmp_path / "b")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
+    assert resumed.state.global_step == 3
+    np.testing.assert_array_equal(resumed.meds_last_cluster_sizes, uninterrupted.meds_last_cluster_sizes)
+    np.testing.assert_array_equal(resumed.meds_last_penalties, uninterrupted.meds_last_penalties)
+    keys = list(uninterrupted.meds_answer_memory._answers)
+    assert keys and list(resumed.meds_answer_memory._answers) == keys
+    assert all(resumed.meds_answer_memory.stored_answers(k) == uninterrupted.meds_answer_memory.stored_answers(k) for k in keys)
