@@ -13,16 +13,33 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_study import (
+from learning_design import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
     CANDIDATES,
+    FAMILY_ALPHA,
     MAX_RUN_MINUTES,
     MIN_PASS1_GAIN,
     MIN_SEEDS_WITH_GAIN,
     NOISE_SDS,
+    STAGE3_ARMS,
+    STAGE3_CHECKS,
+    STAGE3_HYPOTHESES,
+    STAGE3_REGIME,
+    STAGE3_SEEDS,
+    STAGE3_TEST_STREAM,
     decide,
-    no_collapse_ratio,
 )
-from study_common import ALL_METHODS, finite, mean_std, paired_test
+from study_common import (
+    ALL_METHODS,
+    bootstrap_difference,
+    expected_distinct,
+    finite,
+    holm,
+    mean_std,
+    paired_test,
+    pass_at_k_matrix,
+)
 
 READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
 PAIRS = (
@@ -95,7 +112,7 @@ def stage1_section(results: Path, candidates=CANDIDATES) -> str:
 def _runs(results: Path) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for path in sorted(results.glob("*-seed*.json")):
-        if path.name.startswith("stage1-"):
+        if path.name.startswith(("stage1-", "stage3-")):
             continue
         run = json.loads(path.read_text())
         runs.setdefault(run["method"], []).append(run)
@@ -181,6 +198,187 @@ def stage2_section(results: Path, figures: Path) -> str:
     return "\n".join(lines)
 
 
+def no_collapse_ratio(run: dict, warmup: dict) -> list[dict]:
+    """Per probe step: observed distinct wrong answers per prompt over the number expected when the same number
+    of wrong answers is drawn from the warm-up's own wrong answers (rarefaction): < 1 is error collapse."""
+    reference = warmup["diversity_reference"]["wrong_answers"]
+    rows = []
+    for record in run["probe"]:
+        observed, expected = [], []
+        for wrong, pool in zip(record["wrong_answers"], reference):
+            if wrong and pool:
+                observed.append(len(set(wrong)))
+                expected.append(expected_distinct(pool, len(wrong)))
+        ratio = sum(observed) / sum(expected) if expected and sum(expected) > 0 else math.nan
+        rows.append({"step": record["step"], "ratio": ratio})
+    return rows
+
+
+def stage3_rules_section() -> str:
+    """The stage-3 rules, arms and hypotheses, rendered from ``learning_design.py`` (committed before any run)."""
+    seeds = f"{STAGE3_SEEDS[0]}-{STAGE3_SEEDS[-1]}"
+    lines = [
+        "## Stage 3: the open questions as pre-registered ablations (rules written before any run)",
+        "",
+        "Issue 28's audit left five points open: MEDS shaped all-wrong groups (the reference recipe filters them "
+        "out), stage 2's \"GRPO with Teacher\" measured Cliff's re-centring b rather than a teacher, the DAPO arms "
+        "carried the overlong penalty and GRPO did not, the protocol had gaps, and MEDS's features may not track "
+        "the answers. Stage 3 tests each as a separate arm, with these rules:",
+        "",
+        f"- **Regime and budget:** `{STAGE3_REGIME}` (stage 1's choice), with stage 2's steps, pool, prompts per step, "
+        "rollouts, learning rate and schedule. The dynamic-sampling arms keep the number of steps and the batch "
+        "size; their batch is filled from extra generation rounds (at most 10, as in the reference), so they draw "
+        "more rollouts per step: that is part of the recipe being tested.",
+        f"- **Seeds:** {len(STAGE3_SEEDS)} per arm, training seeds {seeds} (stages 1 and 2 used 0-7); every arm is "
+        "trained in stage 3, no earlier run is reused. Run seed s is evaluated with evaluation seed s.",
+        "- **Problems:** the hypotheses are tested on a *test set* of 128 trap problems of the test split drawn "
+        f"fresh (stream `{STAGE3_TEST_STREAM}`), which excludes the 128 held-out problems of stages 1 and 2. Those "
+        "(on which the regime was chosen) are the *validation set*: stage 3 makes no choice, and any that turned "
+        "out to be needed would be made on the validation set only. Both sets are evaluated (16 samples each).",
+        "- **Saved per run** (`docs/learning_study_results/stage3-<arm>-seed<k>.json`): `stage: 3`, the arm, its "
+        "method and config fields, the seed, held-out pass@1..16 on both sets, each problem's number of correct "
+        "samples out of 16 (`heldout_correct`, `validation_correct`), the commit of the code (and whether the "
+        "working tree had local changes) and the start and end time (UTC).",
+        "- **Statistics:** for each comparison arm − baseline, the difference in mean pass@k over seeds and "
+        "problems (unbiased estimator per problem and seed). 95 % confidence interval: percentile bootstrap with "
+        f"{BOOTSTRAP_RESAMPLES:,} resamples, resampling seeds (paired: the same seed indices for both arms) and "
+        "problems (the same problems for both arms) with replacement. p-value: two-sided, from the same bootstrap, "
+        "p = min(1, 2 min(#{Δ* ≤ 0} + 1, #{Δ* ≥ 0} + 1) / (B + 1)). Holm's correction runs over the "
+        f"{len(STAGE3_HYPOTHESES)} hypotheses below on pass@1 (the primary metric, family-wise α = {FAMILY_ALPHA:g}); "
+        "pass@16 is a second family with the same procedure. The paired t-test over seeds is shown beside, not used "
+        "for the verdicts.",
+        f"- **Verdicts:** *holds* when the Holm-adjusted p is below {FAMILY_ALPHA:g} and the difference has the "
+        "predicted sign; *reversed* when it is below with the other sign; otherwise *not shown* (which is not a "
+        "claim of equality).",
+        "- **MEDS's default:** the MEDS arms use `MEDSConfig`'s default on groups whose correctness has no variance "
+        "(issue 28: no shaping there, as in the reference, where such groups never reach the loss); the results "
+        "files record every `meds_*` field and the commit, so which code ran can be checked for every run.",
+        "- **Failures:** a run that fails is rerun with the same seed; no arm or seed is dropped after the fact. An "
+        "arm that cannot finish is reported as failed, with its error.",
+        "",
+        "| arm | method | config on top of the method | overlong penalty | why |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in STAGE3_ARMS:
+        overrides = ", ".join(f"`{k}={v!r}`" for k, v in arm.overrides) or "–"
+        overlong = "on" if arm.overlong else "off"
+        lines.append(f"| `{arm.name}` | {arm.method} | {overrides} | {overlong} | {arm.why} |")
+    lines += ["", "Hypotheses (held-out pass@1 on the test set; the family of Holm's correction):", ""]
+    lines += ["| | comparison | predicted | hypothesis |", "|---|---|---|---|"]
+    for h in STAGE3_HYPOTHESES:
+        sign = "arm > baseline" if h.direction > 0 else "arm < baseline"
+        lines.append(f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {h.statement}. |")
+    checks = ", ".join(f"`{a}` − `{b}`" for a, b in STAGE3_CHECKS)
+    lines += [
+        "",
+        f"Check, not a hypothesis ({checks}): with an exact teacher that never disagrees with the verifier (0 "
+        "disagreements in all 16 stage-2 Cliff runs), the paper's GRPO with Teacher gives GRPO's advantages, so the "
+        "two arms should differ by nothing but chance; a difference would be a defect.",
+        "",
+        "Run: `python studies/learning_study.py --stage 3` (all arms, seed-major; two processes split the seeds with "
+        "`--seeds 100 101 102 103` and `--seeds 107 106 105 104`), then `--report docs/learning_study.md`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def stage3_runs(results: Path) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: run}}`` of the stage-3 results files (the warm-up's file excluded)."""
+    runs: dict[str, dict[int, dict]] = {}
+    for path in sorted(results.glob("stage3-*-seed*.json")):
+        run = json.loads(path.read_text())
+        runs.setdefault(run["arm"], {})[run["seed"]] = run
+    return runs
+
+
+def stage3_comparison(arm_runs: dict[int, dict], baseline_runs: dict[int, dict], k: int) -> dict | None:
+    """Bootstrap difference of held-out pass@k (test set) between two arms over their common seeds, with the paired
+    t-test over seeds beside it; None with fewer than 2 common seeds or fewer than ``k`` samples per problem."""
+    seeds = sorted(set(arm_runs) & set(baseline_runs))
+    if len(seeds) < 2:
+        return None
+    n = arm_runs[seeds[0]]["samples_per_problem"]
+    if k > n:
+        return None
+    arm = pass_at_k_matrix([arm_runs[s]["heldout_correct"] for s in seeds], n, k)
+    baseline = pass_at_k_matrix([baseline_runs[s]["heldout_correct"] for s in seeds], n, k)
+    result = bootstrap_difference(arm, baseline, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+    result["t_p"] = paired_test(list(arm.mean(axis=1) - baseline.mean(axis=1)))["t_p"]
+    result["seeds"] = len(seeds)
+    return result
+
+
+def verdict(difference: float, adjusted_p: float, direction: int) -> str:
+    """*holds* / *reversed* / *not shown* by the pre-registered rule (Holm-adjusted p below the family's α).
+
+    >>> verdict(0.02, 0.01, +1), verdict(-0.02, 0.01, +1), verdict(0.02, 0.2, +1), verdict(-0.02, 0.01, -1)
+    ('holds', 'reversed', 'not shown', 'holds')
+    """
+    if math.isnan(adjusted_p) or adjusted_p >= FAMILY_ALPHA:
+        return "not shown"
+    return "holds" if difference * direction > 0 else "reversed"
+
+
+def stage3_results_section(results: Path) -> str:
+    runs = stage3_runs(results)
+    if not runs:
+        return "### Stage 3 results\n\nNot run yet.\n"
+    lines = [
+        "### Stage 3 results",
+        "",
+        "Held-out pass@k (%, mean ± sd over seeds) on the stage-3 test set, and pass@1 on the validation set; the "
+        "code each arm's runs came from.",
+        "",
+        "| arm | seeds | pass@1 | pass@4 | pass@16 | validation pass@1 | commits |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    warmup_path = results / "stage3-warmup.json"
+    if warmup_path.exists():
+        per_seed = json.loads(warmup_path.read_text())["per_eval_seed"].values()
+        cells = " | ".join(mean_std([v["heldout"].get(f"pass@{k}") for v in per_seed], 100) for k in (1, 4, 16))
+        lines.append(f"| warm-up | – | {cells} | {mean_std([v['validation']['pass@1'] for v in per_seed], 100)} | |")
+    for arm in [a.name for a in STAGE3_ARMS if a.name in runs] + sorted(set(runs) - {a.name for a in STAGE3_ARMS}):
+        group = list(runs[arm].values())
+        commits = sorted({(r.get("commit") or "unknown")[:8] + ("+dirty" if r.get("dirty") else "") for r in group})
+        cells = " | ".join(mean_std([r["heldout"].get(f"pass@{k}") for r in group], 100) for k in (1, 4, 16))
+        lines.append(
+            f"| `{arm}` | {len(group)} | {cells} | {mean_std([r['validation']['pass@1'] for r in group], 100)} "
+            f"| {', '.join(commits)} |"
+        )
+    for k, family in ((1, "primary"), (16, "secondary")):
+        lines += [
+            "",
+            f"Pre-registered comparisons, held-out pass@{k} ({family} family): difference in points with its 95 % "
+            f"bootstrap CI over problems and seeds ({BOOTSTRAP_RESAMPLES:,} resamples), bootstrap p, Holm-adjusted "
+            "p over the family, and the paired t-test over seeds (not used for the verdict).",
+            "",
+            "| | comparison | predicted | seeds | Δ (95 % CI) | p | p (Holm) | p (t, seeds) | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        compared = [
+            (h, stage3_comparison(runs.get(h.arm, {}), runs.get(h.baseline, {}), k)) for h in STAGE3_HYPOTHESES
+        ]
+        adjusted = holm([c["p"] if c is not None else math.nan for _, c in compared])
+        for (h, c), p_holm in zip(compared, adjusted):
+            sign = ">" if h.direction > 0 else "<"
+            if c is None:
+                lines.append(f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | – | no pair of runs yet | | | | |")
+                continue
+            lines.append(
+                f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {c['seeds']} | {100 * c['difference']:+.1f} "
+                f"({100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}) | {c['p']:.4f} | {p_holm:.4f} "
+                f"| {c['t_p']:.3f} | {verdict(c['difference'], p_holm, h.direction)} |"
+            )
+        for arm, baseline in STAGE3_CHECKS:
+            c = stage3_comparison(runs.get(arm, {}), runs.get(baseline, {}), k)
+            if c is not None:
+                lines.append(
+                    f"| check | `{arm}` − `{baseline}` | = | {c['seeds']} | {100 * c['difference']:+.1f} "
+                    f"({100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}) | {c['p']:.4f} | – | {c['t_p']:.3f} | – |"
+                )
+    return "\n".join([*lines, ""])
+
+
 def mean_curve(group: list[dict]) -> list[tuple[int, float]]:
     """``(step, mean held-out pass@1 on the curve subset)`` over the runs of one method."""
     steps = sorted({point["step"] for run in group for point in run["curve"]})
@@ -248,6 +446,8 @@ def write_report(results: Path, report_path: Path, candidates=CANDIDATES) -> Non
             "",
             stage1_section(results, candidates),
             stage2_section(results, figures),
+            stage3_rules_section(),
+            stage3_results_section(results),
             "## Reading",
             "",
             reading,

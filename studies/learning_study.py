@@ -3,6 +3,8 @@
     python studies/learning_study.py --stage 1                  # GRPO in every pre-registered candidate, 5 seeds
     python studies/learning_study.py --decide                   # apply the stage-1 rule (writes stage1_decision.json)
     python studies/learning_study.py --stage 2                  # the methods in the chosen regime, 8 seeds
+    python studies/learning_study.py --stage 3                  # issue 28's pre-registered arms, seeds 100-107
+    python studies/learning_study.py --stage 3 --arms meds cliff_b0 --seeds 100 101   # a part of stage 3
     python studies/learning_study.py --report docs/learning_study.md   # tables and plots from the results files
     python studies/learning_study.py --quick --output_dir DIR   # a few steps of everything (a smoke run)
 
@@ -21,6 +23,11 @@ Among the passing candidates the one with the largest mean pass@1 gain is chosen
 fewer training steps. If none passes, the study stops at stage 1 and says so with the numbers; the rule is not
 loosened afterwards.
 
+Stage 3 (issue 28; its arms, hypotheses and statistics are in ``learning_design.py`` and were committed before any
+run) trains every arm of ``STAGE3_ARMS`` in the chosen regime with fresh seeds, evaluates each run on a fresh test set
+and on the validation set (stage 1 and 2's held-out problems), and saves each problem's correct count, the commit and
+the time in ``stage3-<arm>-seed<k>.json``.
+
 Every run writes its JSON into ``--results_dir`` (default ``docs/learning_study_results/``) as soon as it ends, and
 a re-run skips the runs whose file exists, so the study runs in parts. Work folders go to ``--output_dir``.
 """
@@ -28,90 +35,46 @@ a re-run skips the runs whose file exists, so the study runs in parts. Work fold
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
-import math
 import statistics
+import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import study_common  # this folder's shared module
-from study_common import ALL_METHODS, answer_statistics, expected_distinct, pass_at_k_table, trainer_class
+import learning_design  # this folder's modules
+import study_common
+from learning_design import (  # noqa: F401  (re-exported: the study's design is read from here too)
+    CANDIDATES,
+    KS,
+    MAX_RUN_MINUTES,
+    MIN_PASS1_GAIN,
+    MIN_SEEDS_WITH_GAIN,
+    NOISE_SDS,
+    QUICK,
+    STAGE1_SEEDS,
+    STAGE2_SEEDS,
+    STAGE3_ARMS,
+    STAGE3_REGIME,
+    STAGE3_SEEDS,
+    STAGE3_TEST_STREAM,
+    TRAP_WARMUP,
+    Arm,
+    Regime,
+    decide,
+)
+import learning_report
+from learning_report import write_report
+from study_common import ALL_METHODS, answer_statistics, pass_at_k_table, trainer_class
 
 logger = logging.getLogger("learning_study")
-
-KS = tuple(range(1, 17))
-STAGE1_SEEDS = (0, 1, 2, 3, 4)
-STAGE2_SEEDS = (0, 1, 2, 3, 4, 5, 6, 7)
-MIN_PASS1_GAIN = 0.05
-MIN_SEEDS_WITH_GAIN = 4
-NOISE_SDS = 2.0
-MAX_RUN_MINUTES = 8.0
-
-TRAP_WARMUP = {"num_hidden_layers": 6, "trap_rate": 0.3, "max_steps": 2000, "time_budget_s": 3000.0}
-"""The mechanism study's world (same settings, so the same cached warm-up): traps taught as a minority mode."""
-
-
-@dataclass(frozen=True)
-class Regime:
-    """One training regime: the world, the prompt pool and the optimisation; everything else is shared."""
-
-    name: str
-    world: str  # "trap" (the mechanism world's 6-layer warm-up) or "toy" (the default 2-layer toy warm-up)
-    steps: int
-    pool_size: int  # distinct training prompts; each recurs steps * prompts_per_step / pool_size times
-    learning_rate: float
-    lr_scheduler_type: str = "constant_with_warmup"
-    prompts_per_step: int = 8
-    num_generations: int = 8
-    max_completion_length: int = 64
-    heldout_problems: int = 128
-    heldout_samples: int = 16
-    curve_every: int = 10  # held-out pass@1 on a subset every this many steps (the learning curve)
-    curve_problems: int = 64
-    curve_samples: int = 4
-    probe_samples: int = 8  # diversity probe on the first 24 pool prompts
-    probe_prompts: int = 24
-    why: str = ""  # the reason this candidate was listed (written before any run)
-
-    @property
-    def visits_per_prompt(self) -> float:
-        return self.steps * self.prompts_per_step / self.pool_size
-
-
-CANDIDATES = (
-    Regime(
-        "trap-lr2e-4", world="trap", steps=60, pool_size=120, learning_rate=2e-4,
-        why="each prompt recurs 4 times (about what the MEDS paper's data and batch sizes give) at a lower learning "
-        "rate than the mechanism study's 5e-4, with which every RL run lowered held-out accuracy on a 24-prompt pool; "
-        "the trap world, because a taught trap is a behaviour RL can unlearn across prompts",
-    ),
-    Regime(
-        "trap-lr5e-4-cosine", world="trap", steps=60, pool_size=120, learning_rate=5e-4, lr_scheduler_type="cosine",
-        why="the same pool with the mechanism study's learning rate, decayed to 0 instead of constant",
-    ),
-    Regime(
-        "trap-lr1e-4-long", world="trap", steps=120, pool_size=240, learning_rate=1e-4,
-        why="twice the steps and the pool at half the learning rate (the same 4 visits per prompt)",
-    ),
-    Regime(
-        "toy-lr1e-4-long", world="toy", steps=120, pool_size=240, learning_rate=1e-4,
-        why="the plain toy world (no trap to unlearn; RL on it has not generalised so far), as a control",
-    ),
-)  # fmt: skip
-
-QUICK = Regime(
-    "quick", world="toy", steps=2, pool_size=8, learning_rate=1e-4, prompts_per_step=2, num_generations=4,
-    heldout_problems=4, heldout_samples=4, curve_every=1, curve_problems=2, curve_samples=2, probe_samples=2,
-    probe_prompts=2,
-)  # fmt: skip
-
 
 # --------------------------------------------------------------------------------------------
 # the worlds
@@ -149,6 +112,27 @@ def world_problems(regime: Regime):
     ]
 
 
+def stage3_problems(regime: Regime):
+    """``(training pool, validation problems, test problems)`` of stage 3: the pool and the validation set are stage 1
+    and 2's pool and held-out problems; the test set is a fresh draw of the test split without any validation problem.
+    """
+    from hf_meds_cliff.toy.task import iter_problems
+    from hf_meds_cliff.toy.traps import first_trap_index
+
+    pool, validation = world_problems(regime)
+    seen = {p.question for p in validation}
+    stream = iter_problems("test", 0, unique=True, stream_name=STAGE3_TEST_STREAM)
+    if regime.world == "trap":  # as trap_problems: only problems with a trap-eligible step
+        stream = (p for p in stream if first_trap_index(p) is not None)
+    test = []
+    for problem in stream:
+        if problem.question not in seen:
+            test.append(problem)
+        if len(test) == regime.heldout_problems:
+            return pool, validation, test
+    raise AssertionError("unreachable: the stream is endless")
+
+
 def traps_of(problems, world: str):
     if world != "trap":
         return None
@@ -174,16 +158,22 @@ def sample_answers(model, tokenizer, problems, samples: int, max_new_tokens: int
 
 def heldout(model, tokenizer, problems, regime: Regime, eval_seed: int, world: str) -> dict:
     """Held-out pass@1..16 (unbiased estimator over ``heldout_samples``) and wrong-answer diversity."""
+    return heldout_with_counts(model, tokenizer, problems, regime, eval_seed, world)[0]
+
+
+def heldout_with_counts(model, tokenizer, problems, regime: Regime, eval_seed: int, world: str) -> tuple[dict, list]:
+    """:func:`heldout` and each problem's number of correct samples out of ``heldout_samples`` (in problem order)."""
     answers = sample_answers(
         model, tokenizer, problems, regime.heldout_samples, regime.max_completion_length, 10_000 + eval_seed
     )
     truths = [p.answer for p in problems]
     correct = [sum(a == t for a in group) for group, t in zip(answers, truths)]
     table = pass_at_k_table(correct, regime.heldout_samples, KS)
-    return {
+    measured = {
         **{f"pass@{k}": value for k, value in table.items()},
         **answer_statistics(answers, truths, traps_of(problems, world)),
     }
+    return measured, correct
 
 
 def diversity_probe(model, tokenizer, problems, regime: Regime, seed: int, world: str) -> dict:
@@ -241,31 +231,44 @@ class CurveCallback(TrainerCallback):
 # --------------------------------------------------------------------------------------------
 
 
-def method_config(method: str, regime: Regime, seed: int, output_dir: str):
-    """Same budget for every method; DAPO without dynamic sampling (every method draws the same rollouts)."""
+def method_config(method: str, regime: Regime, seed: int, output_dir: str, extra: dict | None = None):
+    """Same budget for every method; DAPO without dynamic sampling (every method draws the same rollouts) unless
+    ``extra`` (a stage-3 arm's fields) says otherwise."""
     shared = study_common.shared_training_kwargs(
         output_dir=output_dir, seed=seed, steps=regime.steps, learning_rate=regime.learning_rate,
         prompts_per_step=regime.prompts_per_step, num_generations=regime.num_generations,
         max_completion_length=regime.max_completion_length, warmup_steps=min(2, regime.steps),
         lr_scheduler_type=regime.lr_scheduler_type,
     )  # fmt: skip
-    return study_common.method_config(method, shared)
+    return study_common.method_config(method, shared, extra=extra)
 
 
-def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Path) -> dict:
+def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Path, arm: Arm | None = None) -> dict:
+    """Train ``method`` (stage 3: ``arm``) from ``policy`` and measure it; stage 3 adds the test and validation sets'
+    per-problem counts, the arm's config fields, the commit and the time."""
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hf_meds_cliff.toy.task import toy_rows
 
+    started = _utc_now()
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
-    pool, heldout_problems = world_problems(regime)
-    callback = CurveCallback(tokenizer, heldout_problems, pool, regime, seed, regime.world)
+    if arm is None:
+        pool, heldout_problems = world_problems(regime)
+        curve_problems = heldout_problems
+        run_name = f"{regime.name}-{method}-seed{seed}"
+    else:  # the learning curve on the validation set: the test set is only measured at the end
+        pool, curve_problems, heldout_problems = stage3_problems(regime)
+        run_name = f"stage3-{regime.name}-{arm.name}-seed{seed}"
+    callback = CurveCallback(tokenizer, curve_problems, pool, regime, seed, regime.world)
+    extra = arm.config_overrides if arm is not None else None
     trainer = trainer_class(method)(
         model=AutoModelForCausalLM.from_pretrained(policy),
-        reward_funcs=study_common.reward_functions(method, regime.max_completion_length),
-        args=method_config(method, regime, seed, str(work_dir / f"{regime.name}-{method}-seed{seed}")),
+        reward_funcs=study_common.reward_functions(
+            method, regime.max_completion_length, overlong=arm.overlong if arm is not None else None
+        ),
+        args=method_config(method, regime, seed, str(work_dir / run_name), extra=extra),
         train_dataset=datasets.Dataset.from_dict(toy_rows(pool)),
         processing_class=tokenizer,
         callbacks=[callback],
@@ -280,17 +283,67 @@ def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Pat
         for record in trainer.state.log_history
         if "reward" in record
     ]
-    return {
+    measured, correct = heldout_with_counts(trainer.model, tokenizer, heldout_problems, regime, seed, regime.world)
+    record = {
         "method": method,
         "seed": seed,
         "config": asdict(regime),
-        "heldout": heldout(trainer.model, tokenizer, heldout_problems, regime, seed, regime.world),
+        "heldout": measured,
         "curve": callback.curve,
         "probe": callback.probe,
         "history": history,
         "train_seconds": seconds,
         "train_cpu_seconds": cpu_seconds,
     }
+    if arm is None:
+        return record
+    validation, validation_correct = heldout_with_counts(
+        trainer.model, tokenizer, curve_problems, regime, seed, regime.world
+    )
+    return {
+        "stage": 3,
+        "arm": arm.name,
+        **record,
+        "arm_config": {**method_fields(trainer.args), "overlong_penalty": arm.overlong},
+        "heldout_correct": correct,
+        "validation": validation,
+        "validation_correct": validation_correct,
+        "samples_per_problem": regime.heldout_samples,
+        **code_version(),
+        "started_at": started,
+        "finished_at": _utc_now(),
+    }
+
+
+def method_fields(args) -> dict:
+    """The config fields that define a method (loss, clipping, dynamic sampling, every meds_* and cliff_* field)."""
+    prefixes = ("meds_", "cliff_", "dynamic_sampling")
+    return {
+        key: value
+        for key, value in args.to_dict().items()
+        if key.startswith(prefixes) or key in ("loss_type", "epsilon", "epsilon_high", "scale_rewards")
+    }
+
+
+def code_version() -> dict:
+    """``commit`` (HEAD of this checkout) and ``dirty`` (local changes to tracked files); ``None`` without git."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*arguments: str) -> str | None:
+        try:
+            return subprocess.run(
+                ["git", *arguments], cwd=root, capture_output=True, text=True, check=True, timeout=30
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def warmup_record(regime: Regime, policy: str, seeds) -> dict:
@@ -339,68 +392,6 @@ def run_stage1(results: Path, work: Path, quick: bool, candidates) -> None:
             write_json(path, {**train_one("grpo", seed, regime, policy, work), "stage": 1})
 
 
-def decide(results: Path, candidates) -> dict:
-    """Apply the pre-registered stage-1 rule (module docstring) to the results files."""
-    rows = []
-    for regime in candidates:
-        runs = [json.loads(p.read_text()) for p in sorted(results.glob(f"stage1-{regime.name}-seed*.json"))]
-        warmup_path = results / f"warmup-{regime.world}.json"
-        if not runs or not warmup_path.exists():
-            rows.append({"candidate": regime.name, "complete": False, "passes": False})
-            continue
-        warmup = json.loads(warmup_path.read_text())
-        per_seed = warmup["heldout_per_eval_seed"]
-        gains = [
-            run["heldout"]["pass@1"] - per_seed[str(run["seed"])]["pass@1"]
-            for run in runs
-            if str(run["seed"]) in per_seed
-        ]
-        warm16 = [v["pass@16"] for v in per_seed.values() if "pass@16" in v]
-        noise = statistics.stdev(warm16) if len(warm16) > 1 else 0.0
-        mean16 = statistics.mean(run["heldout"].get("pass@16", math.nan) for run in runs)
-        minutes = statistics.median(run["train_cpu_seconds"] for run in runs) / 60
-        row = {
-            "candidate": regime.name,
-            "config": asdict(regime),
-            "complete": len(runs) == len(STAGE1_SEEDS),
-            "seeds": [run["seed"] for run in runs],
-            "pass1_gains": gains,
-            "seeds_with_gain": sum(g >= MIN_PASS1_GAIN - 1e-9 for g in gains),  # 0.35 - 0.30 is 0.04999...
-            "mean_pass1_gain": statistics.mean(gains) if gains else math.nan,
-            "warmup_pass16": statistics.mean(warm16) if warm16 else math.nan,
-            "warmup_pass16_sd": noise,
-            "mean_pass16": mean16,
-            "median_train_cpu_minutes": minutes,
-        }
-        row["rule"] = {
-            "pass1": row["seeds_with_gain"] >= MIN_SEEDS_WITH_GAIN,
-            "pass16": mean16 >= row["warmup_pass16"] - NOISE_SDS * noise,
-            "budget": minutes <= MAX_RUN_MINUTES,
-        }
-        row["passes"] = row["complete"] and all(row["rule"].values())
-        rows.append(row)
-    complete = all(r["complete"] for r in rows)
-    passing = [r for r in rows if r["passes"]]
-    chosen = None
-    if (
-        passing and complete
-    ):  # no choice before every candidate has all its seeds  # the largest mean gain; within 1 point of it, the fewest steps (then the larger gain)
-        best = max(r["mean_pass1_gain"] for r in passing)
-        near = [r for r in passing if r["mean_pass1_gain"] >= best - 0.01 - 1e-9]
-        chosen = min(near, key=lambda r: (r["config"]["steps"], -r["mean_pass1_gain"]))["candidate"]
-    return {
-        "rule": {
-            "min_pass1_gain": MIN_PASS1_GAIN,
-            "min_seeds_with_gain": MIN_SEEDS_WITH_GAIN,
-            "noise_sds": NOISE_SDS,
-            "max_run_minutes": MAX_RUN_MINUTES,
-        },
-        "candidates": rows,
-        "complete": complete,
-        "chosen": chosen,
-    }
-
-
 def run_stage2(results: Path, work: Path, quick: bool, methods, seeds=STAGE2_SEEDS) -> None:
     decision_path = results / "stage1_decision.json"
     if quick:
@@ -428,36 +419,78 @@ def run_stage2(results: Path, work: Path, quick: bool, methods, seeds=STAGE2_SEE
             write_json(path, {**train_one(method, seed, regime, policy, work), "stage": 2})
 
 
-def no_collapse_ratio(run: dict, warmup: dict) -> list[dict]:
-    """Per probe step: observed distinct wrong answers per prompt over the number expected when the same number
-    of wrong answers is drawn from the warm-up's own wrong answers (rarefaction): < 1 is error collapse."""
-    reference = warmup["diversity_reference"]["wrong_answers"]
-    rows = []
-    for record in run["probe"]:
-        observed, expected = [], []
-        for wrong, pool in zip(record["wrong_answers"], reference):
-            if wrong and pool:
-                observed.append(len(set(wrong)))
-                expected.append(expected_distinct(pool, len(wrong)))
-        ratio = sum(observed) / sum(expected) if expected and sum(expected) > 0 else math.nan
-        rows.append({"step": record["step"], "ratio": ratio})
-    return rows
+def stage3_regime(results: Path, quick: bool) -> Regime:
+    if quick:
+        return QUICK
+    decision_path = results / "stage1_decision.json"
+    chosen = json.loads(decision_path.read_text())["chosen"] if decision_path.exists() else None
+    if chosen != STAGE3_REGIME:
+        raise SystemExit(
+            f"Stage 3 was registered for stage 1's choice {STAGE3_REGIME!r}, but {decision_path} says {chosen!r}."
+        )
+    return next(c for c in CANDIDATES if c.name == STAGE3_REGIME)
+
+
+def stage3_warmup_record(regime: Regime, policy: str, seeds) -> dict:
+    """The warm-up on stage 3's test and validation sets, per evaluation seed, with per-problem counts."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(policy)
+    _, validation, test = stage3_problems(regime)
+    per_seed = {}
+    for seed in seeds:
+        measured, correct = heldout_with_counts(model, tokenizer, test, regime, seed, regime.world)
+        checked, checked_correct = heldout_with_counts(model, tokenizer, validation, regime, seed, regime.world)
+        per_seed[str(seed)] = {"heldout": measured, "heldout_correct": correct, "validation": checked,
+                               "validation_correct": checked_correct}  # fmt: skip
+    return {"stage": 3, "method": "warmup", "policy": policy, "per_eval_seed": per_seed,
+            "samples_per_problem": regime.heldout_samples, **code_version(), "finished_at": _utc_now()}  # fmt: skip
+
+
+def run_stage3(results: Path, work: Path, quick: bool, arms, seeds=STAGE3_SEEDS) -> None:
+    """Every arm of ``arms`` for every seed (seed-major, so every finished seed pairs all arms); resumable."""
+    regime = stage3_regime(results, quick)
+    policy = world_policy(regime.world, quick)
+    seeds = tuple(seeds)[:1] if quick else tuple(seeds)
+    warmup_path = results / "stage3-warmup.json"
+    if not warmup_path.exists():
+        logger.info("stage 3: evaluating the warm-up")
+        write_json(warmup_path, stage3_warmup_record(regime, policy, seeds))
+    by_name = {arm.name: arm for arm in STAGE3_ARMS}
+    for seed in seeds:
+        for name in arms:
+            path = results / f"stage3-{name}-seed{seed}.json"
+            if path.exists():
+                continue
+            arm = by_name[name]
+            logger.info("stage 3: %s seed %d (%s)", name, seed, regime.name)
+            write_json(path, train_one(arm.method, seed, regime, policy, work, arm=arm))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stage", type=int, choices=(1, 2), default=None)
+    parser.add_argument("--stage", type=int, choices=(1, 2, 3), default=None)
     parser.add_argument("--decide", action="store_true", help="Apply the stage-1 rule to the results.")
     parser.add_argument("--candidates", nargs="+", default=None, help="Stage 1: only these candidates.")
     parser.add_argument("--methods", nargs="+", choices=ALL_METHODS, default=list(ALL_METHODS))
     parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=[arm.name for arm in STAGE3_ARMS],
+        default=[arm.name for arm in STAGE3_ARMS],
+        help="Stage 3: only these arms (default: all pre-registered arms).",
+    )
+    parser.add_argument(
         "--seeds",
         type=int,
         nargs="+",
-        default=list(STAGE2_SEEDS),
-        help="Stage 2: these seeds, in this order (two processes can split them, e.g. 0 1 2 3 and 7 6 5 4).",
+        default=None,
+        help="Stages 2 and 3: these seeds, in this order (two processes can split them, e.g. 0 1 2 3 and 7 6 5 4); "
+        f"default: stage 2 {list(STAGE2_SEEDS)}, stage 3 {list(STAGE3_SEEDS)}.",
     )
     parser.add_argument("--results_dir", default="docs/learning_study_results")
     parser.add_argument("--output_dir", default="outputs/learning_study", help="Work folders of the runs.")
@@ -484,10 +517,10 @@ def main(argv=None) -> int:
         write_json(results / "stage1_decision.json", decision)
         logger.info("stage 1 decision: %s", decision["chosen"])
     if args.stage == 2:
-        run_stage2(results, work, args.quick, args.methods, args.seeds)
+        run_stage2(results, work, args.quick, args.methods, args.seeds or STAGE2_SEEDS)
+    if args.stage == 3:
+        run_stage3(results, work, args.quick, args.arms, args.seeds or STAGE3_SEEDS)
     if args.report:
-        from learning_report import write_report
-
         write_report(results, Path(args.report), (QUICK,) if args.quick else CANDIDATES)
     return 0
 

@@ -62,29 +62,40 @@ def shared_training_kwargs(
 
 
 def method_config(
-    method: str, shared: dict, *, dapo_extra: dict | None = None, meds_extra: dict | None = None
+    method: str,
+    shared: dict,
+    *,
+    dapo_extra: dict | None = None,
+    meds_extra: dict | None = None,
+    extra: dict | None = None,
 ):
     """The config of ``method`` on top of ``shared`` (:func:`shared_training_kwargs`).
 
     ``dapo_extra`` is added to the DAPO-based methods (dapo, meds, meds_strong), e.g. dynamic sampling;
-    ``meds_extra`` to the MEDS methods (e.g. ``meds_memory_scope``).
+    ``meds_extra`` to the MEDS methods (e.g. ``meds_memory_scope``); ``extra`` to any method (an ablation's fields,
+    e.g. ``cliff_recentre``), last, so it overrides the method's own settings.
     """
+    config_class, values = _method_config_values(method, shared, dapo_extra, meds_extra)
+    return config_class(**{**values, **(extra or {})})
+
+
+def _method_config_values(method, shared, dapo_extra, meds_extra):
     from hf_meds_cliff import CliffConfig, MEDSConfig
     from hf_meds_cliff.dapo import DAPOConfig
 
     dapo = {**DAPO_LOSS, **(dapo_extra or {})}
     if method == "grpo":
-        return DAPOConfig(**shared, **GRPO_LOSS)
+        return DAPOConfig, {**shared, **GRPO_LOSS}
     if method == "dapo":
-        return DAPOConfig(**shared, **dapo)
+        return DAPOConfig, {**shared, **dapo}
     if method in MEDS_SETTINGS:
-        return MEDSConfig(**shared, **dapo, **MEDS_SETTINGS[method], **(meds_extra or {}))
+        return MEDSConfig, {**shared, **dapo, **MEDS_SETTINGS[method], **(meds_extra or {})}
     if method == "cliff":
-        return CliffConfig(**shared, **GRPO_LOSS, cliff_teacher="rule", cliff_lam=0.0)
-    if method == "grpo_teacher":  # the Cliff paper's ablation: same teacher protocol, no split of the credit
-        return CliffConfig(
-            **shared, **GRPO_LOSS, cliff_teacher="rule", cliff_lam=0.0, cliff_split_credit=False
-        )
+        return CliffConfig, {**shared, **GRPO_LOSS, "cliff_teacher": "rule", "cliff_lam": 0.0}
+    if method == "grpo_teacher":  # stage 2's ablation: same teacher protocol, no split of the credit (b still subtracted)
+        return CliffConfig, {
+            **shared, **GRPO_LOSS, "cliff_teacher": "rule", "cliff_lam": 0.0, "cliff_split_credit": False
+        }
     raise ValueError(f"Unknown method {method!r}; choose from {ALL_METHODS}.")
 
 
@@ -101,13 +112,15 @@ def trainer_class(method: str):
     raise ValueError(f"Unknown method {method!r}; choose from {ALL_METHODS}.")
 
 
-def reward_functions(method: str, max_completion_length: int) -> list:
+def reward_functions(method: str, max_completion_length: int, overlong: bool | None = None) -> list:
     """0/1 correctness first (it decides correctness for MEDS and Cliff); DAPO's soft overlong penalty for the
-    DAPO-based methods."""
+    DAPO-based methods, or where ``overlong`` says (``None``: the method's default)."""
     from hf_meds_cliff.rewards import MathAnswerReward, OverlongPenaltyReward
 
     rewards = [MathAnswerReward()]
-    if method in ("dapo", *MEDS_SETTINGS):
+    if overlong is None:
+        overlong = method in ("dapo", *MEDS_SETTINGS)
+    if overlong:
         buffer = max(4, max_completion_length // 4)
         rewards.append(OverlongPenaltyReward(max_completion_length, buffer_length=buffer, penalty_factor=1.0))
     return rewards
@@ -198,3 +211,75 @@ def expected_distinct(reference: list, draws: int) -> float:
         return float(len(set(reference)))
     total = math.comb(n, draws)
     return sum(1.0 - math.comb(n - count, draws) / total for count in Counter(reference).values())
+
+
+def pass_at_k_matrix(correct: Sequence[Sequence[int]], n: int, k: int):
+    """(S, P) float64: the unbiased pass@k of every problem (columns) in every run (rows) from its correct count.
+
+    >>> pass_at_k_matrix([[0, 1, 4], [2, 2, 2]], n=4, k=2).round(4).tolist()  # 1 - C(4-c, 2) / C(4, 2)
+    [[0.0, 0.5, 1.0], [0.8333, 0.8333, 0.8333]]
+    """
+    import numpy as np
+
+    from hf_meds_cliff.evaluation.estimators import pass_at_k
+
+    return np.array([[pass_at_k(n, int(c), k) for c in row] for row in correct], dtype=np.float64)
+
+
+def bootstrap_difference(
+    arm, baseline, resamples: int = 10_000, seed: int = 0, confidence: float = 0.95
+) -> dict[str, float]:
+    """Difference ``mean(arm) − mean(baseline)`` of two (S, P) matrices (runs paired by seed index, the same problems),
+    with a percentile bootstrap CI and a two-sided bootstrap p that resample seeds and problems together.
+
+    Each resample draws S seed indices and P problem indices with replacement (the same ones for both arms) and takes
+    the mean of the paired differences over them; the p-value is ``min(1, 2 min(#{Δ* <= 0} + 1, #{Δ* >= 0} + 1) /
+    (B + 1))``.
+
+    >>> result = bootstrap_difference([[0.5, 0.7]], [[0.5, 0.5]], resamples=999)
+    >>> [round(result[key], 6) for key in ("difference", "ci_low", "ci_high")]  # 1 seed; problem diffs 0, 0.2
+    [0.1, 0.0, 0.2]
+    """
+    import numpy as np
+
+    arm, baseline = np.asarray(arm, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if arm.ndim != 2 or arm.shape != baseline.shape or 0 in arm.shape:
+        raise ValueError(
+            f"arm {arm.shape} and baseline {baseline.shape} must be the same non-empty (seeds, problems) shape; pair "
+            "the runs by seed and evaluate both on the same problems."
+        )
+    if resamples < 1 or not 0 < confidence < 1:
+        raise ValueError(f"resamples={resamples} must be >= 1 and confidence={confidence} in (0, 1).")
+    differences = arm - baseline
+    num_seeds, num_problems = differences.shape
+    rng = np.random.default_rng(seed)
+    # Resampling with replacement = multinomial weights; the resampled mean is w_seeds · D · w_problems / (S P).
+    seed_weights = rng.multinomial(num_seeds, np.full(num_seeds, 1 / num_seeds), size=resamples)
+    problem_weights = rng.multinomial(num_problems, np.full(num_problems, 1 / num_problems), size=resamples)
+    samples = np.einsum("bs,sp,bp->b", seed_weights, differences, problem_weights) / (num_seeds * num_problems)
+    tail = (1 - confidence) / 2
+    below, above = int((samples <= 1e-12).sum()), int((samples >= -1e-12).sum())
+    return {
+        "difference": float(differences.mean()),
+        "ci_low": float(np.quantile(samples, tail)),
+        "ci_high": float(np.quantile(samples, 1 - tail)),
+        "p": min(1.0, 2 * min(below + 1, above + 1) / (resamples + 1)),
+        "resamples": resamples,
+    }
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order (NaN stays NaN and is not counted).
+
+    Sorted ascending, the i-th smallest of m gets ``max over j <= i of min(1, (m − j + 1) p_(j))``.
+
+    >>> holm([0.01, 0.04, 0.03])  # 3 * 0.01; 2 * 0.03; max(0.06, 1 * 0.04)
+    [0.03, 0.06, 0.06]
+    """
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (len(indexed) - rank) * p))
+        adjusted[i] = round(running, 12)
+    return adjusted

@@ -272,3 +272,51 @@ def test_first_mistake_positions_bad_input(bpe_tokenizer):
         first_mistake_token_positions(bpe_tokenizer, [[1]], ["a", "b"], [0])
     with pytest.raises(ValueError, match="out of range"):
         first_mistake_token_positions(bpe_tokenizer, [[1]], ["a. b."], [5])
+
+
+def test_without_recentring_the_values_are_the_uncentred_ones():
+    # issue 28's ablation (b = 0): the un-centred u of the module's group table, unchanged, for every lam
+    uncentred = {
+        0.0: [[2, 2, 0, 0], [0, -1, -1, -1], [-1, -1, -1, 0]],
+        0.5: [[2, 2, 0, 0], [1, -1, -1, -1], [-1, -1, -1, 0]],
+        1.0: [[2, 2, 0, 0], [2, -1, -1, -1], [-1, -1, -1, 0]],
+    }
+    for lam, expected in uncentred.items():
+        out = cliff_token_advantages(
+            torch.tensor(GROUP_ADVANTAGES, dtype=torch.float64),
+            torch.tensor(GROUP_CORRECT),
+            torch.tensor([0, 0, 0]),
+            torch.tensor(GROUP_SUFFIX),
+            torch.tensor(GROUP_MASK),
+            lam=lam,
+            recentre=False,
+        )
+        torch.testing.assert_close(out, table(expected))
+
+
+def test_no_split_and_no_recentring_is_one_sequence_advantage_per_rollout():
+    # The paper's "GRPO with Teacher" with a teacher that agrees with the verifier: GRPO's advantages on every token;
+    # zero-variance groups (group 4, all wrong) stay 0 as in GRPO.
+    advantages = torch.tensor([0.5, 0.5, -1.5, 0.0, 0.0])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    out = cliff_token_advantages(
+        advantages,
+        torch.tensor([True, True, False, False, False]),
+        torch.tensor([0, 0, 0, 4, 4]),
+        torch.tensor([0, 0, 0, 0, 0]),
+        mask,
+        recentre=False,
+    )
+    torch.testing.assert_close(out, advantages[:, None] * mask)
+
+
+def test_recentre_must_be_a_bool():
+    with pytest.raises(TypeError, match="`recentre` must be a bool, got str"):
+        cliff_token_advantages(
+            torch.tensor([1.0, -1.0]),
+            torch.tensor([True, False]),
+            torch.tensor([0, 0]),
+            torch.tensor([0, 0]),
+            torch.tensor([[1], [1]]),
+            recentre="no",
+        )

@@ -450,3 +450,24 @@ def test_grpo_with_teacher_gives_every_token_of_a_rollout_one_advantage(tmp_path
     assert (
         logs[0]["cliff/groups_cliff"] == 2.0 and 0 < logs[0]["cliff/prefix_fraction"] < 1
     )  # teacher still judged
+
+
+@pytest.mark.slow
+def test_grpo_with_teacher_as_the_paper_has_one_sequence_advantage_per_rollout(tmp_path):
+    """cliff_split_credit=False, cliff_recentre=False (issue 28): no split and no b, so each rollout carries its own
+    GRPO advantage on every token; the rows of a group (not its tokens) sum to zero, as in GRPO."""
+    driver = load_driver()
+    trainer = driver.build_trainer(
+        str(tmp_path / "paper"), 12, steps=1, num_prompts=3, shuffle_dataset=False,
+        cliff_split_credit=False, cliff_recentre=False,
+    )  # fmt: skip
+    trainer.train()
+    advantages = trainer.recorded[0]
+    per_row = []
+    for row in advantages:
+        values = set(row[row != 0].tolist())
+        assert len(values) <= 1  # one advantage per rollout
+        per_row.append(values.pop() if values else 0.0)
+    for group in (0, 1):  # the driver's two mixed groups
+        rows = per_row[4 * group : 4 * group + 4]
+        assert sum(rows) == pytest.approx(0.0, abs=1e-4) and len(set(rows)) == 2

@@ -75,6 +75,7 @@ def cliff_token_advantages(
     suffix_start: torch.Tensor,
     completion_mask: torch.Tensor,
     lam: float = 0.0,
+    recentre: bool = True,
 ) -> torch.Tensor:
     """Per-token Cliff advantages of a batch of groups (paper eq. 4 and 5).
 
@@ -90,6 +91,10 @@ def cliff_token_advantages(
     token advantages sum to zero. Rows of groups with zero reward variance (all rows equally correct,
     see :func:`zero_variance_groups`) are all 0: such groups carry no signal in GRPO either.
 
+    ``recentre=False`` leaves out ``b_g`` (an ablation; the paper always re-centres, eq. 5): the result is ``u`` on
+    unmasked tokens. With ``recentre=False`` and every ``suffix_start = 0`` each row carries its own sequence
+    advantage on every token, one advantage per rollout as in GRPO.
+
     ``suffix_start[i] = 0`` makes an incorrect row a plain GRPO-negative row (before centring);
     ``suffix_start`` is ignored on correct rows. With every ``suffix_start = 0`` and ``lam`` anything,
     the result is GRPO's advantages minus the per-group token mean.
@@ -102,6 +107,7 @@ def cliff_token_advantages(
         suffix_start: ``(B,)`` integer >= 0, token index where the incorrect suffix starts.
         completion_mask: ``(B, T)`` 0/1 (bool, int or float); 0 marks padding / tokens after EOS.
         lam: weight of ``A_cor`` on the correct prefix of incorrect rows; the paper's main setting is 0.
+        recentre: subtract the token-weighted group mean ``b_g`` (the paper, eq. 5); ``False``: ``b_g = 0``.
 
     Returns:
         ``(B, T)`` tensor with the dtype of ``advantages`` and the device of ``completion_mask``.
@@ -137,6 +143,8 @@ def cliff_token_advantages(
         )
     if not isinstance(lam, (int, float)) or isinstance(lam, bool):
         raise TypeError(f"`lam` must be a float, got {type(lam).__name__}: {lam!r}.")
+    if not isinstance(recentre, bool):
+        raise TypeError(f"`recentre` must be a bool, got {type(recentre).__name__}: {recentre!r}.")
 
     device = completion_mask.device
     dtype = advantages.dtype
@@ -166,6 +174,8 @@ def cliff_token_advantages(
     )
     token_count = torch.zeros(num_groups, dtype=dtype, device=device).index_add_(0, inverse, mask.sum(dim=1))
     baseline = torch.where(token_count > 0, token_sum / token_count.clamp(min=1), torch.zeros_like(token_sum))
+    if not recentre:
+        baseline = torch.zeros_like(baseline)
 
     centred = (uncentred - baseline[inverse].unsqueeze(1)) * mask
     keep = ~zero_variance_groups(correct, inverse)

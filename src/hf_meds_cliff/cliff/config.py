@@ -25,8 +25,14 @@ class CliffConfig(DAPOConfig):
     Parameters:
         cliff_lam (`float`, defaults to `0.0`):
             λ: weight of the correct-rollout advantage given to the correct prefix of an incorrect rollout.
-        cliff_split_credit (`bool`, defaults to `True`): `False` gives the paper's "GRPO with Teacher" ablation (same
-            teacher and baseline, every token of an incorrect rollout gets the suffix advantage).
+        cliff_split_credit (`bool`, defaults to `True`): `False`: every token of an incorrect rollout gets the suffix
+            advantage (no correct prefix). With the default re-centring that is GRPO's advantages minus the group's
+            token mean `b`, and the teacher's output is not used; the paper's "GRPO with Teacher" ablation (the
+            teacher's verdict decides, one advantage per rollout) is `cliff_split_credit=False, cliff_recentre=False` wherever the
+            teacher agrees with the verifier (a disagreement, counted in `cliff/disagreements`, keeps the verifier's
+            verdict here).
+        cliff_recentre (`bool`, defaults to `True`): Subtract the token-weighted group mean `b` (paper eq. 5) so the
+            group's token advantages sum to zero; `False` (an ablation, `b = 0`) keeps the un-centred values.
         cliff_teacher (`str`, defaults to `"rule"`):
             Teacher kind: `"rule"` (the toy world's exact first-mistake checker; toy questions only: the trainer
             raises at start-up, or on the first batch, when it can read none of the dataset's problems), `"http"`
@@ -68,9 +74,20 @@ class CliffConfig(DAPOConfig):
     cliff_split_credit: bool = field(
         default=True,
         metadata={
-            "help": "True: Cliff's two-segment credit (correct prefix / incorrect suffix). False: 'GRPO with Teacher', "
-            "the paper's ablation: the same teacher protocol and group baseline, but every token of an incorrect "
-            "rollout gets the suffix advantage (first mistake treated as sentence 0)."
+            "help": "True: Cliff's two-segment credit (correct prefix / incorrect suffix). False: every token of an "
+            "incorrect rollout gets the suffix advantage (first mistake treated as sentence 0), so the teacher's "
+            "first mistake is not used; with cliff_recentre (default) the advantages are GRPO's minus the group's "
+            "token mean b. The paper's 'GRPO with Teacher' ablation is this with cliff_recentre=False."
+        },
+    )
+    cliff_recentre: bool = field(
+        default=True,
+        metadata={
+            "help": "Re-centre each Cliff group by the token-weighted mean b of its un-centred token advantages "
+            "(paper eq. 5: the group's token advantages sum to zero). False is an ablation (b = 0): correct rollouts "
+            "keep A_cor, correct prefixes λ·A_cor and incorrect suffixes A_inc. With cliff_split_credit=False it "
+            "gives the paper's 'GRPO with Teacher' (one sequence advantage per rollout) wherever the teacher agrees "
+            "with the verifier (disagreements, counted in cliff/disagreements, keep the verifier's verdict)."
         },
     )
     cliff_teacher: str = field(

@@ -350,7 +350,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             uses_cliff[graded].unsqueeze(1),
             cliff_token_advantages(
                 sequence_advantages[graded], is_correct[graded].to(device), group_ids[graded],
-                credited_suffix[graded], mask[graded], lam=float(args.cliff_lam),
+                credited_suffix[graded], mask[graded], lam=float(args.cliff_lam), recentre=args.cliff_recentre,
             ),
             plain[graded],
         )  # fmt: skip

@@ -1,6 +1,7 @@
 """MEDS: memory-enhanced dynamic reward shaping (spec: ``shared/spec/meds.md``).
 
-Modules: ``memory`` (per-prompt error memory, k-NN assignment, HDBSCAN refits), ``shaping``
+Modules: ``memory`` (per-prompt error memory, k-NN assignment, HDBSCAN refits), ``answer_memory`` (the
+answer-oracle ablation's memory), ``shaping``
 (reward shaping and the top-1 eigen-ratio diagnostic), ``features`` (hook-captured layer logits),
 ``config`` and ``trainer`` (``MEDSConfig``, ``MEDSGRPOTrainer``).
 
@@ -17,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _LAZY_ATTRIBUTES = {
+    "AnswerMemory": "hf_meds_cliff.meds.answer_memory",
     "ErrorMemory": "hf_meds_cliff.meds.memory",
     "hdbscan_labels": "hf_meds_cliff.meds.memory",
     "shape_rewards": "hf_meds_cliff.meds.shaping",
@@ -29,6 +31,7 @@ _LAZY_ATTRIBUTES = {
 
 __all__ = [
     "PENALTY_TARGETS",
+    "AnswerMemory",
     "ErrorMemory",
     "MEDSConfig",
     "MEDSGRPOTrainer",
@@ -39,6 +42,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .answer_memory import AnswerMemory
     from .config import MEDSConfig
     from .memory import ErrorMemory, hdbscan_labels
     from .shaping import PENALTY_TARGETS, penalties, shape_rewards, top1_eigen_ratio

@@ -10,6 +10,7 @@ from .features import ANSWER_TOKEN_RULES
 PENALTY_TARGETS = ("wrong", "right", "both", "none")
 NOISE_POLICIES = ("cluster", "ignore")
 MEMORY_SCOPES = ("filtered", "all")
+CLUSTER_BY = ("features", "answer")
 
 
 @dataclass
@@ -47,7 +48,12 @@ class MEDSConfig(DAPOConfig):
         meds_knn_k (`int`, defaults to `3`), meds_min_cluster_size (`int`, defaults to `2`),
         meds_min_samples (`int`, defaults to `1`): k-NN vote size and HDBSCAN parameters.
         meds_noise_policy (`str`, defaults to `"cluster"`): Size of the HDBSCAN noise "cluster": `"cluster"`
-            (the reference: number of stored noise points) or `"ignore"` (0, the paper's wording).
+            (the reference: number of stored noise points, so rows voted into noise are penalised by the noise
+            count) or `"ignore"` (0: noise rows are not penalised, the paper's wording).
+        meds_cluster_by (`str`, defaults to `"features"`): What defines a rollout's cluster: `"features"` (the paper:
+            HDBSCAN on the layer-logit features) or `"answer"` (an ablation, not the paper's method: the stored
+            rollouts of the same prompt and correctness with the same exact final answer string, see
+            :class:`~hf_meds_cliff.meds.answer_memory.AnswerMemory`; separates MEDS's idea from its features).
         meds_max_rows_per_key (`int` or `None`, defaults to `None`): Cap of stored rows per memory key
             (oldest evicted first); `None` keeps everything, as in the paper.
         meds_prompt_id_column (`str` or `None`, defaults to `"problem_id"`): Dataset column identifying a prompt;
@@ -145,8 +151,20 @@ class MEDSConfig(DAPOConfig):
         default="cluster",
         metadata={
             "help": "Cluster size of a rollout voted into HDBSCAN noise: 'cluster' (the reference: the number of "
-            "stored noise points) or 'ignore' (0, the paper's wording).",
+            "stored noise points, so noise rows are penalised by the noise count) or 'ignore' (0: noise rows are "
+            "not penalised, the paper's wording).",
             "choices": list(NOISE_POLICIES),
+        },
+    )
+    meds_cluster_by: str = field(
+        default="features",
+        metadata={
+            "help": "What defines a rollout's cluster: 'features' (the paper: HDBSCAN over the layer-logit features, "
+            "k-NN assignment) or 'answer' (an ablation, not the paper's method: the cluster is the stored rollouts of "
+            "the same prompt and correctness whose exact final answer string, the last \\boxed{...}, is the same; "
+            "an oracle grouping that separates the idea of penalising repeated mistakes from the features). The "
+            "features are computed and stored either way, so the diagnostics stay comparable.",
+            "choices": list(CLUSTER_BY),
         },
     )
     meds_max_rows_per_key: int | None = field(
@@ -227,6 +245,11 @@ class MEDSConfig(DAPOConfig):
             raise ValueError(
                 f"meds_noise_policy={self.meds_noise_policy!r} is not one of {list(NOISE_POLICIES)}; use 'cluster' "
                 "(reference) or 'ignore' (paper wording)."
+            )
+        if self.meds_cluster_by not in CLUSTER_BY:
+            raise ValueError(
+                f"meds_cluster_by={self.meds_cluster_by!r} is not one of {list(CLUSTER_BY)}; use 'features' (the "
+                "paper) or 'answer' (the answer-oracle ablation)."
             )
         if self.meds_answer_token not in ANSWER_TOKEN_RULES:
             raise ValueError(

@@ -21,6 +21,7 @@ from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
+from ..rewards.extraction import extract_final_answer
 from .config import MEDSConfig
 from .diagnostics import meds_advantage_diagnostics
 from .features import (
@@ -33,6 +34,7 @@ from .features import (
     resolve_decoder,
     select_layers,
 )
+from .answer_memory import AnswerMemory
 from .memory import ErrorMemory, RowSnippet, answer_region
 from .shaping import shape_rewards, top1_eigen_ratio
 
@@ -185,6 +187,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             noise_policy=args.meds_noise_policy,
             max_rows_per_key=args.meds_max_rows_per_key,
         )
+        self.meds_answer_memory = (
+            AnswerMemory(args.meds_max_rows_per_key) if args.meds_cluster_by == "answer" else None
+        )
+        """The answer-oracle ablation's memory (``meds_cluster_by="answer"``): its sizes replace the feature memory's."""
         parts = self._meds_decoder_parts()
         self._meds_layer_indices = select_layers(len(parts.layers), args.meds_num_layers)
         if args.meds_use_layer_diff and len(self._meds_layer_indices) < 2:
@@ -426,6 +432,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         has_feature = gather(has_local.to(device)).bool().cpu()
         keys = gather_object(keys_local)
         snippet_texts = self._meds_snippet_texts(completion_ids_list)
+        answers = None
+        if self.meds_answer_memory is not None:
+            texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
+            answers = gather_object([extract_final_answer(text) for text in texts])
         correctness_reward = rewards_per_func[:, args.meds_correctness_reward_index].float().cpu()
         if (
             not self._meds_correctness_checked
@@ -470,6 +480,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 # The first numba-parallel fit initialises the OpenMP runtime torch shares and resets its
                 # thread count (measured: 1 -> 2 on a 2-core box); keep the user's setting for training.
                 torch.set_num_threads(torch_threads)
+            if answers is not None:  # the answer-oracle ablation: clusters by exact final answer
+                sizes = self.meds_answer_memory.assign_and_update(memory_keys, [answers[i] for i in rows])
+                for name, value in self.meds_answer_memory.last_step_stats().items():
+                    self._metrics["train"][f"meds/answer_memory/{name}"].append(value)
             sizes = np.asarray(sizes, dtype=np.int64)
             cluster_sizes[rows] = sizes
             if snippet_texts is not None:
@@ -532,6 +546,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         # are skipped with ``save_only_model``.)
         if self.args.meds_save_memory and self.args.should_save:
             self.meds_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
+            if self.meds_answer_memory is not None:
+                self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
         super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
@@ -542,6 +558,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         try:
             memory = ErrorMemory.load(path)
             self._meds_check_restored_memory(memory, path)
+            answer_memory = AnswerMemory.load(path) if self.meds_answer_memory is not None else None
         except (OSError, ValueError) as error:  # missing, unreadable, truncated or mismatched files
             if not self.args.meds_allow_empty_memory_on_resume:
                 raise ValueError(
@@ -557,6 +574,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             )
             return
         self.meds_memory = memory
+        if answer_memory is not None:
+            self.meds_answer_memory = answer_memory
         logger.info(
             "Restored the MEDS error memory from %s (%d rows, %d keys)", path, memory.num_rows, len(memory)
         )
