@@ -66,11 +66,12 @@ def test_stop_at_first_failure_and_max_tests():
     assert capped.passed and capped.num_tests == 2 and [case.index for case in capped.results] == [3, 4]
 
 
-def test_functional_livecodebench_solution_class_and_json_round_trip():
+def test_functional_livecodebench_solution_class_and_top_level_tuple():
     tests = [{"input": "[1, 2]\n3", "output": "[4, 5]", "testtype": "functional"}]
     program = "class Solution:\n    def shift(self, xs, k):\n        return tuple(x + k for x in xs)\n"
     result = run_tests(program, tests, fn_name="shift", limits=LIMITS)
-    assert result.passed and result.results[0].actual == "[4, 5]"  # a tuple arrives as a JSON list
+    # the tuple arrives as a tuple (shown as such) and, at the top, counts as a list (LiveCodeBench's rule)
+    assert result.passed and result.results[0].actual == "(4, 5)"
 
 
 def test_livecodebench_imports_for_stdin_and_functional_programs_only():
@@ -105,7 +106,7 @@ def test_functional_results_cannot_decide_their_own_equality():
         "class Any:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Any()\n"
     )
     result = run_tests(always_equal, tests, limits=LIMITS)
-    assert statuses(result) == ["runtime_error"] and "JSON" in result.first_failure.error
+    assert statuses(result) == ["runtime_error"] and "cannot be sent" in result.first_failure.error
     sneaky_list = (
         "class L(list):\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return L([1])\n"
     )
