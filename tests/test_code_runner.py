@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import textwrap
 
 import pytest
 
@@ -308,3 +309,39 @@ def test_async_reward_matches_the_sync_one_and_rewards_pickle():
     assert asynchronous.counts == sync.counts
     restored = pickle.loads(pickle.dumps(sync))
     assert restored(completions, tests=[tests] * 3) == expected and restored.__name__ == "code_tests"
+
+
+def test_assert_values_keep_their_types_across_the_process_boundary():
+    """Arguments and results cross as tagged data: tuples, sets, int keys, Fraction, Decimal, complex, bytes stay
+    apart, and a list argument the program sorts in place is sorted for the test too."""
+    program = textwrap.dedent(
+        """
+        from fractions import Fraction
+        from decimal import Decimal
+        def kinds(x):
+            return [(1, 2), {3}, frozenset({4}), {5: "five"}, Fraction(1, 3), Decimal("0.10"), 1j, b"b", 10**30]
+        def sort_in_place(xs):
+            xs.sort()
+        def echo(*args, **kwargs):
+            return args, kwargs
+        """
+    )
+    tests = {
+        "test_list": [
+            "assert kinds(0) == [(1, 2), {3}, frozenset({4}), {5: 'five'}, Fraction(1, 3), Decimal('0.10'), 1j, "
+            "b'b', 10**30]",
+            "assert type(kinds(0)[0]) is tuple and kinds(0)[0] != [1, 2] and {5: 'five'} != {'5': 'five'}",
+            "xs = [3, 1, 2]\nsort_in_place(xs)\nassert xs == [1, 2, 3]",
+            "assert echo((1,), k={2: (3,)}) == (((1,),), {'k': {2: (3,)}})",
+        ],
+        "test_setup_code": "from fractions import Fraction\nfrom decimal import Decimal",
+    }
+    result = run_tests(program, tests, limits=LIMITS, stop_at_first_failure=False)
+    assert result.passed, result.results
+
+
+def test_taco_functional_tests_keep_the_taco_rules():
+    """TACO/APPS (and PrimeIntellect) keep their grader's rules: ``x`` matches ``[x]``, tuples match lists."""
+    taco = {"inputs": [[1], [2]], "outputs": [[7], [[1, 2]]], "fn_name": "f"}
+    program = "def f(x):\n    return 7 if x == 1 else (1, 2)\n"
+    assert run_tests(program, taco, limits=LIMITS).passed
