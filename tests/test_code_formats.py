@@ -29,7 +29,11 @@ def test_livecodebench_stdin_and_functional():
             }
         ]
     )
-    assert functional.kind == "functional" and functional.fn_name == "f" and functional.semantics == "livecodebench"
+    assert (
+        functional.kind == "functional"
+        and functional.fn_name == "f"
+        and functional.semantics == "livecodebench"
+    )
     assert functional.cases == [TestCase([[1, 2], "x"], [3, 1])]
     assert parse_tests([{"input": "1", "output": "2", "testtype": "functional"}], fn_name="g").fn_name == "g"
 

@@ -328,8 +328,10 @@ def test_assert_values_keep_their_types_across_the_process_boundary():
     )
     tests = {
         "test_list": [
-            "assert kinds(0) == [(1, 2), {3}, frozenset({4}), {5: 'five'}, Fraction(1, 3), Decimal('0.10'), 1j, "
-            "b'b', 10**30]",
+            (
+                "assert kinds(0) == [(1, 2), {3}, frozenset({4}), {5: 'five'}, Fraction(1, 3), Decimal('0.10'), "
+                "1j, b'b', 10**30]"
+            ),
             "assert type(kinds(0)[0]) is tuple and kinds(0)[0] != [1, 2] and {5: 'five'} != {'5': 'five'}",
             "xs = [3, 1, 2]\nsort_in_place(xs)\nassert xs == [1, 2, 3]",
             "assert echo((1,), k={2: (3,)}) == (((1,),), {'k': {2: (3,)}})",

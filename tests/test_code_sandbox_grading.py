@@ -26,16 +26,21 @@ from hf_meds_cliff.code import CodeTestsReward, run_tests
 pytestmark = pytest.mark.timeout(120)
 
 HUMAN_EVAL = {
-    "test": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n",
+    "test": "def check(candidate):\n    assert candidate(2) == 4\n    assert abs(candidate(3) - 9) < 1e-9\n",
     "entry_point": "square",
 }
-MBPP = {"test_list": ["assert square(2) == 4", "assert square(3) == 9"]}
+MBPP = {"test_list": ["assert square(2) == 4", "assert sorted([square(3)]) == [9] and len([square(3)]) == 1"]}
 MBPP_MATH = {"test_list": ["assert math.isclose(square(3), 9.0)"], "test_setup_code": "import math"}
 WRONG = "def square(x):\n    return -1\n"
 
 FORGERIES = {
     # the two lines of issue 29: the test statements' exec becomes a no-op in the harness module
     "exec_patched": "import sys; sys.modules['__main__'].exec = lambda *a, **k: None\n" + WRONG,
+    # a global that shadows a builtin the asserts compute with (human-eval is fooled by it too)
+    "builtin_shadowed": (
+        "def abs(x):\n    return 0\ndef sorted(*a, **k):\n    return []\ndef len(x):\n    return 0\n"
+        "def square(x):\n    return 4 if x == 2 else 99\n"
+    ),
     # read the nonce from whatever descriptor holds it, then send the confirmation frame on every descriptor
     "nonce_read_and_confirmed": textwrap.dedent(
         """
@@ -70,10 +75,11 @@ def test_assert_tests_cannot_be_forged_from_the_program(isolation, forgery):
     program = FORGERIES[forgery]
     for tests in (HUMAN_EVAL, MBPP):
         result = run_tests(program, tests, limits=limits(isolation), stop_at_first_failure=False)
-        assert result.num_passed == 0, (forgery, result.results)
+        assert not result.passed and result.results[-1].status == "runtime_error", (forgery, result.results)
     # the sandbox still passes an honest program (so the forgeries failed for the right reason)
-    honest = run_tests("def square(x):\n    return x * x\n", MBPP, limits=limits(isolation))
-    assert honest.passed, honest.results
+    for tests in (HUMAN_EVAL, MBPP):
+        honest = run_tests("def square(x):\n    return x * x\n", tests, limits=limits(isolation))
+        assert honest.passed, honest.results
 
 
 @pytest.mark.parametrize("isolation", MODES)
@@ -166,10 +172,12 @@ CRASHING_OUTPUTS = {
     ),
     # a result frame of its own making, nested beyond any recursion limit, on every descriptor
     "forged_deep_result_frame": (
-        "import os\ndef f(x):\n    data = b'R' + b'[' * 20000 + b']' * 20000\n"
-        "    for fd in range(3, 1024):\n        try:\n"
-        "            os.write(fd, len(data).to_bytes(4, 'big') + data)\n        except OSError:\n            pass\n"
-        "    os._exit(0)\n",
+        (
+            "import os\ndef f(x):\n    data = b'R' + b'[' * 20000 + b']' * 20000\n"
+            "    for fd in range(3, 1024):\n        try:\n"
+            "            os.write(fd, len(data).to_bytes(4, 'big') + data)\n        except OSError:\n"
+            "            pass\n    os._exit(0)\n"
+        ),
         FUNCTIONAL_LCB,
     ),
 }
@@ -196,7 +204,9 @@ def test_stderr_text_does_not_decide_a_clean_exit(isolation):
     (before issue 29: ``memory_limit``)."""
     noise = "import sys\nsys.stderr.write('Traceback ...\\nMemoryError\\nCannot allocate memory\\n')\n"
     stdin = run_tests(noise + "print(5)\n", [{"input": "", "output": "5"}], limits=limits(isolation))
-    functional = run_tests(noise + "def f(x):\n    return x\n", FUNCTIONAL_LCB, fn_name="f", limits=limits(isolation))
+    functional = run_tests(
+        noise + "def f(x):\n    return x\n", FUNCTIONAL_LCB, fn_name="f", limits=limits(isolation)
+    )
     asserts = run_tests(noise + "def square(x):\n    return x * x\n", HUMAN_EVAL, limits=limits(isolation))
     for result in (stdin, functional, asserts):
         assert result.passed, result.results

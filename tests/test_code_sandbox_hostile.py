@@ -453,7 +453,7 @@ def test_no_capabilities_no_home(fresh_uid, monkeypatch):
 
 
 GRADER_REACH = textwrap.dedent(
-        """
+    """
         import os, time
         time.sleep(0.3)
         nonces, targets = [], []

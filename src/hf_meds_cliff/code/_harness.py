@@ -5,7 +5,8 @@ program, in the program's own temporary folder, with a minimal environment). Sta
 library never imports it. The protocol is one JSON object per line: the caller writes the job, then one
 ``{"op": "run", ...}`` per test (or ``{"op": "exit"}``), on this process's stdin; the harness answers
 ``{"event": "ready", ...}`` and one raw result per test on its stdout. The harness never sees expected
-outputs: the caller compares (a program cannot read, in here, what it is graded against).
+outputs: the caller compares (a program cannot read, in here, what it is graded against). Values that cross
+a process boundary (functional results, the calls of assert tests) use the tagged encoding of ``_wire.py``.
 
 Isolation (``job["isolate"]``; see docs/code_sandbox.md for the threat model):
 
@@ -17,8 +18,11 @@ Isolation (``job["isolate"]``; see docs/code_sandbox.md for the threat model):
    program's folder, mounts a fresh ``/proc`` (only the sandbox's processes are visible), and serves the
    tests. Signals a program sends to PID 1 are dropped by the kernel; B2 is not dumpable (no ptrace).
 3. Each test runs in a child of B2 that sets the resource limits, drops to the unprivileged uid (or
-   drops every capability), closes every descriptor but its own pipes and runs the program. After each
-   test B2 kills every other process of the namespace, so nothing outlives a test.
+   drops every capability), joins a new, empty session keyring, closes every descriptor but its own pipes
+   and runs the program. An assert test runs in two children: the program's process, which only answers
+   calls, and a non-dumpable grader's process that runs the test code with proxies for the program's
+   functions and alone holds the nonce that confirms the run (see ``run_assert_grader``). After each test
+   B2 kills every other process of the namespace, so nothing outlives a test.
 
 Every level dies with the one above it (``PR_SET_PDEATHSIG``), and B2 stops as soon as its stdin reaches
 end of file (the caller is gone); when PID 1 dies the kernel kills the whole namespace.
@@ -177,7 +181,9 @@ def _join_new_session_keyring():
     number = SYS_KEYCTL.get(os.uname().machine)
     if number is None:
         raise OSError(f"no keyctl system call number known for {os.uname().machine}")
-    result = _libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(None))
+    result = _libc.syscall(
+        ctypes.c_long(number), ctypes.c_long(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(None)
+    )
     if result < 0:
         code = ctypes.get_errno()
         if code in (errno.ENOSYS, errno.EPERM):
@@ -235,7 +241,8 @@ _MemoryError = MemoryError  # captured: a program may rebind builtins.MemoryErro
 
 
 def _reseed():
-    if "random" in sys.modules:  # preloaded in the fork server: give each test its own seed, as a new process has
+    # `random` is preloaded in the fork server: give each test its own seed, as a new process has
+    if "random" in sys.modules:
         sys.modules["random"].seed()
 
 
@@ -375,7 +382,9 @@ def _error_reply(error, max_bytes):
 
 def _serve_calls(namespace, calls_in, calls_out, max_bytes):
     """P: send the manifest, then answer calls until the grader closes its end."""
-    functions = {name: value for name, value in namespace.items() if not name.startswith("__") and callable(value)}
+    functions = {
+        name: value for name, value in namespace.items() if not name.startswith("__") and callable(value)
+    }
     _send_frame(calls_out, _manifest(namespace))
     while True:
         request = _receive_frame(calls_in, max_bytes)
@@ -477,15 +486,24 @@ def run_assert_grader(job, case_input, result_fd, nonce_fd, calls_out, calls_in,
             )
         manifest = json.loads(manifest)
         namespace = {"__name__": "__main__", "__builtins__": builtins}
+
+        def bindable(name):
+            # A program's `abs` or `set` would change what the asserts compute with: names of builtins stay
+            # the builtins (but HumanEval's entry point, the candidate itself).
+            return isinstance(name, str) and (name not in _CLEAN_BUILTINS or name == job.get("entry_point"))
+
         for alias, module_name in manifest["modules"].items():
-            with contextlib.suppress(Exception):
-                namespace[alias] = importlib.import_module(module_name)
+            if bindable(alias):
+                with contextlib.suppress(Exception):
+                    namespace[alias] = importlib.import_module(module_name)
         for name, tree in manifest["values"].items():
-            with contextlib.suppress(Exception):
-                namespace[name] = _wire._from_tree(tree, 0)
+            if bindable(name):
+                with contextlib.suppress(Exception):
+                    namespace[name] = _wire._from_tree(tree, 0)
         calls = _Calls(calls_out, calls_in, max_bytes)
         for name in manifest["functions"]:
-            namespace[name] = calls.proxy(name)
+            if bindable(name):
+                namespace[name] = calls.proxy(name)
         if job.get("setup_code"):
             _show_in_tracebacks("<setup>", job["setup_code"])
             exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
@@ -633,7 +651,7 @@ def _reap(pid, kill):
     return status, usage
 
 
-def run_one_test(job, control, message, in_pid_namespace):  # noqa: C901, PLR0912, PLR0915
+def run_one_test(job, control, message, in_pid_namespace):
     limits = job["limits"]
     kind = job["kind"]
     timeout = float(limits["timeout_s"])
@@ -659,7 +677,9 @@ def run_one_test(job, control, message, in_pid_namespace):  # noqa: C901, PLR091
             job,
             stdio,
             (program_result_w, calls_r, replies_w),
-            lambda result_fd, calls_in, calls_out: run_assert_program(job, result_fd, calls_in, calls_out, max_output),
+            lambda result_fd, calls_in, calls_out: run_assert_program(
+                job, result_fd, calls_in, calls_out, max_output
+            ),
         )
         pid = _fork_test_process(
             job,
@@ -672,7 +692,10 @@ def run_one_test(job, control, message, in_pid_namespace):  # noqa: C901, PLR091
         )
     else:
         pid = _fork_test_process(
-            job, stdio, (result_w,), lambda result_fd: run_test_process(job, case_input, result_fd, max_output)
+            job,
+            stdio,
+            (result_w,),
+            lambda result_fd: run_test_process(job, case_input, result_fd, max_output),
         )
     for fd in child_ends:
         os.close(fd)

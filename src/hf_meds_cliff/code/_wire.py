@@ -27,6 +27,7 @@ import fractions
 import json
 
 MAX_DEPTH = 100  # deeper values are sent as a marker that decodes to an error (no recursion in the reader)
+_ITERATORS = ("generator", "map", "filter", "zip", "enumerate", "reversed")  # sent as their items
 _SMALL_INT = 1 << 53  # ints beyond this travel as hexadecimal text (exact, and free of int_max_str_digits)
 
 
@@ -48,7 +49,7 @@ def _pairs(items, depth):
     return [[_to_tree(key, depth), _to_tree(item, depth)] for key, item in items]
 
 
-def _to_tree(value, depth):  # noqa: C901, PLR0911, PLR0912 - one branch per carried type
+def _to_tree(value, depth):
     if depth > MAX_DEPTH:
         raise _TooDeep
     depth += 1
@@ -104,9 +105,7 @@ def _to_tree(value, depth):  # noqa: C901, PLR0911, PLR0912 - one branch per car
         return {"d": _pairs(dict.items(value), depth)}
     if kind.__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return _to_tree(value.item(), depth - 1)  # a numpy scalar: its Python value
-    if kind.__name__ in ("generator", "map", "filter", "zip", "enumerate", "reversed") or kind.__name__.endswith(
-        "iterator"
-    ):
+    if kind.__name__ in _ITERATORS or kind.__name__.endswith("iterator"):
         return {"g": [_to_tree(item, depth) for item in value]}
     raise TypeError(
         f"a {kind.__name__} cannot be sent: only plain data (numbers, text, bytes, lists, tuples, dicts, sets, "
@@ -150,7 +149,7 @@ def _decoded_pairs(payload, depth):
     return [(_from_tree(key, depth), _from_tree(item, depth)) for key, item in payload]
 
 
-def _from_tree(tree, depth):  # noqa: C901, PLR0911, PLR0912 - one branch per tag
+def _from_tree(tree, depth):
     if depth > MAX_DEPTH + 1:
         raise WireError(f"nested deeper than {MAX_DEPTH} levels")
     depth += 1
@@ -161,7 +160,7 @@ def _from_tree(tree, depth):  # noqa: C901, PLR0911, PLR0912 - one branch per ta
         return [_from_tree(item, depth) for item in tree]
     if kind is not dict or len(tree) != 1:
         raise WireError("malformed value")
-    (tag, payload), = tree.items()
+    ((tag, payload),) = tree.items()
     if tag == "t":
         return tuple(_items(payload, depth))
     if tag == "d":

@@ -88,7 +88,8 @@ def json_round_trip(value: Any) -> Any:
 
 def _json_key(key: Any) -> Any:
     if isinstance(key, (str, int, float, bool)) or key is None:
-        return next(iter(json.loads(json.dumps({key: 0}))))  # JSON's own key conversion: 1 -> "1", True -> "true"
+        # JSON's own key conversion: 1 -> "1", True -> "true"
+        return next(iter(json.loads(json.dumps({key: 0}))))
     return key
 
 
@@ -98,7 +99,9 @@ def decode_result(text: str, max_bytes: int | None = None) -> Any:
     return _wire.decode(text, max_bytes)
 
 
-def functional_result_matches(actual_text: str, expected: Any, semantics: Semantics = "livecodebench") -> bool:
+def functional_result_matches(
+    actual_text: str, expected: Any, semantics: Semantics = "livecodebench"
+) -> bool:
     """A function's result, sent from the sandbox in a tagged encoding that keeps tuples, sets, non-string
     dict keys, ``Fraction``, ``Decimal``, ``complex`` and ``bytes`` apart, against the expected value.
 

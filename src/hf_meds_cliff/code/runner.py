@@ -181,7 +181,7 @@ def _functional_matches(text: str, expected: Any, semantics: str, cap: int | Non
     return result_matches(decode_result(text, cap), expected, semantics)
 
 
-def grade(  # noqa: C901, PLR0911, PLR0912
+def grade(
     tests: CodeTests, index: int, case: TestCase, answer: dict[str, Any], limits: SandboxLimits
 ) -> TestCaseResult:
     """The verdict of one test from the harness's raw answer (pure: tested without a sandbox).
@@ -198,7 +198,7 @@ def grade(  # noqa: C901, PLR0911, PLR0912
     elif tests.kind == "functional":
         actual = None if answer.get("result") is None else _shown_result(answer["result"])
     else:
-        actual = answer.get("stdout")
+        actual = None  # assert tests have no output to show: the asserts are the expectation
     time_s = float(answer.get("wall_s") or 0.0)
 
     def verdict(status: str, error: str | None = None, comparison_error: bool = False) -> TestCaseResult:
@@ -301,6 +301,7 @@ def run_tests(
         "kind": parsed.kind,
         "fn_name": parsed.fn_name,
         "setup_code": parsed.setup_code,
+        "entry_point": parsed.entry_point,
         "prelude": LIVECODEBENCH_PRELUDE if livecodebench_imports and parsed.kind != "assert" else None,
     }
     results: list[TestCaseResult] = []
