@@ -37,6 +37,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import gc
 import importlib
 import io
 import json
@@ -651,6 +652,15 @@ def _reap(pid, kill):
     return status, usage
 
 
+def _ended_by_itself(pid):
+    """(wait status, usage) of a test process that has ended (reaped), or (None, None) while it runs."""
+    with contextlib.suppress(ChildProcessError):
+        ended, status, usage = os.wait4(pid, os.WNOHANG)
+        if ended:
+            return status, usage
+    return None, None
+
+
 def run_one_test(job, control, message, in_pid_namespace):
     limits = job["limits"]
     kind = job["kind"]
@@ -717,6 +727,7 @@ def run_one_test(job, control, message, in_pid_namespace):
     written = 0
     timed_out = output_exceeded = caller_gone = False
     exited = False
+    program_status = program_usage = None
     exit_deadline = None
     while True:
         now = time.monotonic()
@@ -736,6 +747,11 @@ def run_one_test(job, control, message, in_pid_namespace):
         if pidfd in ready_read and not exited:
             exited = True
             exit_deadline = time.monotonic() + 0.2  # drain what is already written, not a daemon's output
+            if program_pid is not None:  # the grader is done: the program's process has nothing left to do
+                program_status, program_usage = _ended_by_itself(program_pid)
+                if program_status is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(program_pid, signal.SIGKILL)
         for fd in ready_read:
             if fd not in readers:
                 continue
@@ -767,15 +783,11 @@ def run_one_test(job, control, message, in_pid_namespace):
                 writer = None
     wall = time.monotonic() - started
     # The program's process of an assert test: did it end by itself before the grader did?
-    program_status = program_usage = None
-    if program_pid is not None:
-        with contextlib.suppress(ChildProcessError):
-            ended, status, usage = os.wait4(program_pid, os.WNOHANG)
-            if ended:
-                program_status, program_usage = status, usage
+    if program_pid is not None and not exited:
+        program_status, program_usage = _ended_by_itself(program_pid)
     if not in_pid_namespace:
         # Their process groups, while the unreaped test processes still hold the groups' ids (no reuse).
-        for group in (pid, program_pid):
+        for group in (pid, None if program_status is not None else program_pid):  # reaped: no longer its id
             if group is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(group, signal.SIGKILL)
@@ -856,6 +868,9 @@ def serve(job, control, in_pid_namespace, isolation):
     # Not dumpable: a test process of the same uid (limits-only mode, a caller that is not root) can neither
     # ptrace this process nor open its /proc files (the nonce it draws, the pipes it holds).
     _prctl(PR_SET_DUMPABLE, 0)
+    # Everything this interpreter holds now goes to the collector's permanent generation: a test process's
+    # garbage collections then never walk (and so never copy-on-write) the pages it shares with this one.
+    gc.freeze()
     control.send({"event": "ready", **isolation})
     while True:
         message = control.receive()
