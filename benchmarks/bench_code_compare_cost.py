@@ -6,8 +6,9 @@ A stdin test whose expected output is ``5``; the program prints either ``5`` (th
 of ``1 1 1 ...`` on one line (issue 29: before the comparison was bounded, this cost the caller about 538 MiB of
 peak memory and 1.5-2 s of CPU, under the GIL, per test). Each measurement runs in a fresh process, so that its
 peak resident memory is its own: printed are the caller's peak RSS growth during ``run_tests`` (MiB), the peak of
-Python allocations (``tracemalloc``, MiB) and the caller's own CPU time (the sandbox's processes are not counted:
-they are not the caller), the median over ``--repeats`` runs, and the flood's cost as a ratio of the baseline's.
+Python allocations (``tracemalloc``, MiB, in runs of their own) and the caller's own CPU time (the sandbox's
+processes are not counted: they are not the caller), each the median over ``--repeats`` runs; the one-number row is
+the baseline measured in the same run.
 Only the public API is used, so the same script measures any version of the package on ``PYTHONPATH``.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -23,7 +23,14 @@ import sys
 import tracemalloc
 
 
-def measure(flood_mib: int) -> dict[str, float]:
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(flood_mib: int, traced: bool) -> dict[str, float]:
+    """One ``run_tests`` in this process: RSS growth and CPU (``traced=False``), or the peak of Python
+    allocations (``traced=True``: ``tracemalloc`` slows the CPU, so it is measured in a run of its own)."""
     from hf_meds_cliff.code import SandboxLimits, run_tests
 
     limits = SandboxLimits(timeout_s=20, max_output_bytes=(flood_mib + 8) << 20)
@@ -31,18 +38,21 @@ def measure(flood_mib: int) -> dict[str, float]:
     run_tests("print(5)\n", tests, limits=limits)  # warm: the fork server, imports
     program = f"import sys\nsys.stdout.write('1 ' * ({flood_mib} << 19))\n" if flood_mib else "print(5)\n"
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracemalloc.start()
-    times_before = os.times()
+    if traced:
+        tracemalloc.start()
+    cpu_before = _cpu_s()
     result = run_tests(program, tests, limits=limits)
-    times_after = os.times()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    cpu_after = _cpu_s()
+    peak = tracemalloc.get_traced_memory()[1] if traced else 0
+    if traced:
+        tracemalloc.stop()
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if traced:
+        return {"status": result.results[0].status, "traced_peak_mib": peak / 2**20}
     return {
         "status": result.results[0].status,
         "rss_growth_mib": (rss_after - rss_before) / 1024,
-        "traced_peak_mib": peak / 2**20,
-        "caller_cpu_s": (times_after.user - times_before.user) + (times_after.system - times_before.system),
+        "caller_cpu_s": cpu_after - cpu_before,
     }
 
 
@@ -51,34 +61,25 @@ def main() -> None:
     parser.add_argument("--flood_mib", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--traced", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(measure(args.child)))
+        print(json.dumps(measure(args.child, args.traced)))
         return
-    rows = {}
+
+    def child(flood: int, traced: bool) -> dict:
+        command = [sys.executable, __file__, "--child", str(flood)] + (["--traced"] if traced else [])
+        completed = subprocess.run(command, capture_output=True, text=True, check=True)
+        return json.loads(completed.stdout.strip().splitlines()[-1])
+
+    print(f"{'output':<28} {'verdict':<14} {'RSS growth MiB':>15} {'traced peak MiB':>16} {'caller CPU s':>13}")
     for label, flood in (("one number (5)", 0), (f"{args.flood_mib} MiB of '1 1 1 ...'", args.flood_mib)):
-        runs = []
-        for _ in range(args.repeats):
-            completed = subprocess.run(
-                [sys.executable, __file__, "--child", str(flood)], capture_output=True, text=True, check=True
-            )
-            runs.append(json.loads(completed.stdout.strip().splitlines()[-1]))
-        rows[label] = {
-            key: statistics.median(run[key] for run in runs) for key in runs[0] if key != "status"
-        } | {"status": runs[0]["status"]}
-    print(
-        f"{'output':<28} {'verdict':<14} {'RSS growth MiB':>15} {'traced peak MiB':>16} {'caller CPU s':>13}"
-    )
-    for label, row in rows.items():
-        print(
-            f"{label:<28} {row['status']:<14} {row['rss_growth_mib']:>15.1f} {row['traced_peak_mib']:>16.2f} "
-            f"{row['caller_cpu_s']:>13.3f}"
-        )
-    base, flood = rows["one number (5)"], rows[f"{args.flood_mib} MiB of '1 1 1 ...'"]
-    print(
-        f"flood / one number: traced peak x{flood['traced_peak_mib'] / max(base['traced_peak_mib'], 1e-6):.1f}, "
-        f"caller CPU x{flood['caller_cpu_s'] / max(base['caller_cpu_s'], 1e-6):.1f}"
-    )
+        plain = [child(flood, traced=False) for _ in range(args.repeats)]
+        traced = [child(flood, traced=True) for _ in range(args.repeats)]
+        rss = statistics.median(run["rss_growth_mib"] for run in plain)
+        cpu = statistics.median(run["caller_cpu_s"] for run in plain)
+        peak = statistics.median(run["traced_peak_mib"] for run in traced)
+        print(f"{label:<28} {plain[0]['status']:<14} {rss:>15.1f} {peak:>16.2f} {cpu:>13.3f}")
 
 
 if __name__ == "__main__":
