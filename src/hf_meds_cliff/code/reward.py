@@ -44,7 +44,8 @@ class CodeTestsReward:
     in its own sandbox (:func:`~hf_meds_cliff.code.run_tests`), concurrently across cores.
 
     Per call it logs, through TRL's ``log_metric`` hook: ``code/passed_frac``, ``code/no_program_frac``,
-    ``code/not_isolated_frac`` (programs that ran without namespace isolation), and per verdict of the
+    ``code/not_isolated_frac`` (programs that ran without namespace isolation), ``code/comparison_errors``
+    (tests whose output raised while it was decoded or compared: each is a ``wrong_answer``), and per verdict of the
     first failing test ``code/<status>_frac``; through ``log_extra`` each completion's ``code_status``.
     :attr:`last_results` keeps the call's :class:`TestRunResult` list (``None`` for ungraded rows),
     :attr:`counts` the cumulative counts.
@@ -169,6 +170,8 @@ class CodeTestsReward:
             log_metric(
                 "code/not_isolated_frac", sum(not run.isolated for run in ran) / len(ran) if ran else 0.0
             )
+            # outputs that raised while being decoded or compared (each such test is a wrong_answer)
+            log_metric("code/comparison_errors", float(sum(run.comparison_errors for run in graded)))
             for status in TEST_STATUSES[1:]:
                 log_metric(f"code/{status}_frac", statuses.count(status) / len(graded))
         if log_extra is not None:

@@ -11,7 +11,8 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from .comparison import functional_result_matches, stdout_matches
+from . import _wire
+from .comparison import decode_result, result_matches, safe_compare, stdout_matches_strict
 from .formats import CodeTests, TestCase, parse_tests
 from .sandbox import HarnessProcess, SandboxError, SandboxLimits, warn_if_not_isolated
 
@@ -52,6 +53,11 @@ LIVECODEBENCH_PRELUDE = (
     + "sys.setrecursionlimit(50000)\n"
 )
 _SHOWN_CHARS = 2000  # inputs, outputs and errors kept in a result, for logs and for Cliff's judge
+# What the caller reads of a test's output to compare it: the stripped stdout, or the encoded functional
+# result, up to this many times the expected one's size (and at least the floor). A longer output fails
+# unread (LiveCodeBench could accept it only when padded with spaces or with zeros inside its numbers).
+COMPARED_BYTES_FLOOR = 64 * 1024
+COMPARED_BYTES_FACTOR = 8
 
 
 def _shown(value: Any) -> str:
@@ -77,6 +83,7 @@ class TestCaseResult:
     actual: str | None
     error: str | None
     time_s: float
+    comparison_error: bool = False
 
     @property
     def passed(self) -> bool:
@@ -88,7 +95,9 @@ class TestRunResult:
     """All verdicts of one program. ``results`` holds the tests that ran (fewer than ``num_tests`` when it
     stopped at the first failure); ``passed`` means every selected test passed; ``fraction`` is
     ``num_passed / num_tests``; ``isolated`` says whether namespace isolation was in force;
-    ``program_found`` is false when there was no program (then nothing ran and ``passed`` is false)."""
+    ``program_found`` is false when there was no program (then nothing ran and ``passed`` is false);
+    ``comparison_errors`` counts the tests whose output raised while it was decoded or compared (each of them
+    is a ``wrong_answer``)."""
 
     __test__ = False
 
@@ -100,6 +109,7 @@ class TestRunResult:
     first_failure: TestCaseResult | None
     isolated: bool
     program_found: bool
+    comparison_errors: int = 0
 
     @classmethod
     def from_results(
@@ -115,6 +125,7 @@ class TestRunResult:
             first_failure=next((result for result in results if not result.passed), None),
             isolated=isolated,
             program_found=program_found,
+            comparison_errors=sum(result.comparison_error for result in results),
         )
 
 
@@ -143,55 +154,104 @@ def _validate_max_tests(max_tests: int | None) -> None:
         raise ValueError(f"max_tests={max_tests!r} must be a positive integer, or None for every test.")
 
 
+def compare_bytes(tests: CodeTests, case: TestCase, limits: SandboxLimits) -> int | None:
+    """The most the caller reads of this test's output: ``COMPARED_BYTES_FACTOR`` times the expected
+    output's size, at least ``COMPARED_BYTES_FLOOR``, at most ``max_output_bytes`` (``None``: assert tests,
+    whose output is not compared)."""
+    if tests.kind == "assert":
+        return None
+    if tests.kind == "stdin":
+        size = len(str(case.output).strip())
+    else:
+        try:
+            size = len(_wire.encode(case.output))
+        except (TypeError, ValueError):
+            size = len(json.dumps(case.output, default=repr))
+    return min(limits.max_output_bytes, max(COMPARED_BYTES_FLOOR, COMPARED_BYTES_FACTOR * size))
+
+
+def _shown_result(text: str) -> str:
+    try:
+        return repr(decode_result(text))
+    except Exception:  # noqa: BLE001 - shown as sent
+        return text
+
+
+def _functional_matches(text: str, expected: Any, semantics: str, cap: int | None) -> bool:
+    return result_matches(decode_result(text, cap), expected, semantics)
+
+
 def grade(
     tests: CodeTests, index: int, case: TestCase, answer: dict[str, Any], limits: SandboxLimits
 ) -> TestCaseResult:
-    """The verdict of one test from the harness's raw answer (pure: tested without a sandbox)."""
+    """The verdict of one test from the harness's raw answer (pure: tested without a sandbox).
+
+    Decided from what the program cannot dress up first (the harness's setup and compile reports, the wall
+    clock, signals and exit statuses, the output limit), its stderr only to name a failure (a
+    ``MemoryError``), and its output last. Comparing never raises: an output that makes it raise is a
+    ``wrong_answer`` with ``comparison_error`` set."""
     stderr = answer.get("stderr") or ""
     shown_input = _shown(case.input)
     expected = "" if tests.kind == "assert" else _shown(case.output)
-    actual = answer.get("stdout") if tests.kind == "stdin" else answer.get("result")
+    if tests.kind == "stdin":
+        actual = answer.get("stdout")
+    elif tests.kind == "functional":
+        actual = None if answer.get("result") is None else _shown_result(answer["result"])
+    else:
+        actual = None  # assert tests have no output to show: the asserts are the expectation
     time_s = float(answer.get("wall_s") or 0.0)
 
-    def verdict(status: str, error: str | None = None) -> TestCaseResult:
+    def verdict(status: str, error: str | None = None, comparison_error: bool = False) -> TestCaseResult:
         shown_actual = None if actual is None else _shown(actual)
-        return TestCaseResult(index, status, shown_input, expected, shown_actual, error, time_s)
+        return TestCaseResult(
+            index, status, shown_input, expected, shown_actual, error, time_s, comparison_error
+        )
 
     exit_code, killed_by = answer.get("exit_code"), answer.get("signal")
+    program_signal = answer.get("program_signal")  # assert tests: the program's own process
     if answer.get("setup_error"):
         return verdict("sandbox_error", _shown(answer["setup_error"]))
     if answer.get("compile_error"):
         return verdict("compile_error", _shown(answer["compile_error"]))
-    cpu_s = answer.get("cpu_s") or 0.0
-    if answer.get("timed_out") or killed_by == signal.SIGXCPU:
-        return verdict(
-            "time_limit", f"over {limits.timeout_s:g} s wall / {limits.effective_cpu_time_s:g} s CPU"
-        )
-    if killed_by == signal.SIGKILL and cpu_s >= limits.effective_cpu_time_s:
-        return verdict("time_limit", f"over {limits.effective_cpu_time_s:g} s CPU")
+    cpu_limit = limits.effective_cpu_time_s
+    if answer.get("timed_out") or signal.SIGXCPU in (killed_by, program_signal):
+        return verdict("time_limit", f"over {limits.timeout_s:g} s wall / {cpu_limit:g} s CPU")
+    for killed, cpu_s in ((killed_by, answer.get("cpu_s")), (program_signal, answer.get("program_cpu_s"))):
+        if killed == signal.SIGKILL and (cpu_s or 0.0) >= cpu_limit:
+            return verdict("time_limit", f"over {cpu_limit:g} s CPU")
     if answer.get("output_exceeded"):
         return verdict("runtime_error", f"output exceeded {limits.max_output_bytes} bytes")
-    if "MemoryError" in stderr[-500:] or (killed_by is not None and "Cannot allocate memory" in stderr):
-        return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
-    if killed_by == signal.SIGXFSZ:
-        return verdict("runtime_error", f"wrote a file over {limits.file_size_mb} MiB")
-    if killed_by is not None:
+    memory = bool(answer.get("memory_error"))
+    for killed in (killed_by, program_signal):
+        if killed is None:
+            continue
+        if killed == signal.SIGXFSZ:
+            return verdict("runtime_error", f"wrote a file over {limits.file_size_mb} MiB")
+        if memory or "Cannot allocate memory" in stderr:
+            return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
         return verdict(
             "runtime_error",
-            f"killed by signal {killed_by}" + (f": {stderr.strip()}" if stderr.strip() else ""),
+            f"killed by signal {killed}" + (f": {stderr.strip()}" if stderr.strip() else ""),
         )
     if exit_code != 0:
+        # A failure: stderr may now name it (only the exit status decided that it failed).
+        if memory or "MemoryError" in stderr[-500:]:
+            return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
         return verdict("runtime_error", _shown(stderr.strip()) or f"exit status {exit_code}")
     if tests.kind == "stdin":
-        return verdict(
-            "passed" if stdout_matches(answer.get("stdout") or "", case.output) else "wrong_answer"
-        )
+        if answer.get("stdout_truncated"):
+            return verdict("wrong_answer", "the output is far longer than the expected one (not compared)")
+        matched, reason = safe_compare(stdout_matches_strict, answer.get("stdout") or "", case.output)
+        return verdict("passed" if matched else "wrong_answer", reason, comparison_error=reason is not None)
     if tests.kind == "functional":
+        if answer.get("result_truncated"):
+            return verdict("wrong_answer", "the result is far larger than the expected one (not compared)")
         if answer.get("result") is None:
             return verdict("runtime_error", "the program ended without returning a result")
-        return verdict(
-            "passed" if functional_result_matches(answer["result"], case.output) else "wrong_answer"
+        matched, reason = safe_compare(
+            _functional_matches, answer["result"], case.output, tests.semantics, limits.max_output_bytes
         )
+        return verdict("passed" if matched else "wrong_answer", reason, comparison_error=reason is not None)
     if not answer.get("confirmed"):
         return verdict(
             "runtime_error",
@@ -241,6 +301,7 @@ def run_tests(
         "kind": parsed.kind,
         "fn_name": parsed.fn_name,
         "setup_code": parsed.setup_code,
+        "entry_point": parsed.entry_point,
         "prelude": LIVECODEBENCH_PRELUDE if livecodebench_imports and parsed.kind != "assert" else None,
     }
     results: list[TestCaseResult] = []
@@ -256,7 +317,7 @@ def run_tests(
                 return TestRunResult.from_results(results, len(selected), isolated=False)
             for index, case in selected:
                 try:
-                    answer = harness.run(case.input)
+                    answer = harness.run(case.input, compare_bytes(parsed, case, limits))
                 except SandboxError as error:
                     results.append(_sandbox_error(parsed, index, case, str(error)))
                     break

@@ -316,8 +316,10 @@ class HarnessProcess:
         self._send(job)
         return self._receive(time.monotonic() + self.limits.startup_timeout_s)
 
-    def run(self, case_input: Any) -> dict[str, Any]:
-        self._send({"op": "run", "input": case_input})
+    def run(self, case_input: Any, compare_bytes: int | None = None) -> dict[str, Any]:
+        """The raw answer of one test. ``compare_bytes``: the most of its stdout (after stripping) or of its
+        functional result that the harness sends back; a longer one comes back truncated and flagged."""
+        self._send({"op": "run", "input": case_input, "compare_bytes": compare_bytes})
         return self._receive(time.monotonic() + self.limits.timeout_s + _HARNESS_GRACE_S)
 
     def _send(self, message: dict[str, Any]) -> None:
