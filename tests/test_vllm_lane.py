@@ -33,7 +33,9 @@ from helpers import ROOT, free_port, load_module
 
 pytestmark = [
     pytest.mark.vllm,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM (the vLLM lane's environment)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None, reason="needs vLLM (the vLLM lane's environment)"
+    ),
 ]
 
 TRAIN_CASE = ROOT / "tests" / "vllm_lane" / "train_case.py"
@@ -50,7 +52,9 @@ def lane_env() -> dict[str, str]:
 
 
 def run_child(command: list[str], timeout: float = 900.0) -> subprocess.CompletedProcess:
-    return subprocess.run(command, env=lane_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command, env=lane_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +64,20 @@ def vllm_policy() -> Path:
     return vllm_toy_policy()
 
 
-def train_case(case: str, policy: Path, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+def train_case(
+    case: str, policy: Path, tmp_path: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess, dict]:
     output = tmp_path / f"{case}.json"
-    command = [sys.executable, str(TRAIN_CASE), "--case", case, "--policy", str(policy), "--output", str(output)]
+    command = [
+        sys.executable,
+        str(TRAIN_CASE),
+        "--case",
+        case,
+        "--policy",
+        str(policy),
+        "--output",
+        str(output),
+    ]
     done = run_child([*command, *extra])
     result = json.loads(output.read_text()) if output.is_file() else {}
     return done, result
@@ -86,7 +101,9 @@ def test_trainer_trains_on_vllm_and_syncs_its_weights(case, vllm_policy, tmp_pat
     assert result["logprob_gap_stale"] > 3 * result["logprob_gap_synced"], result
     if case in ("meds", "cliff"):
         assert any(any(key.startswith(f"{case}/") for key in record) for record in result["metrics"]), result
-    if case == "meds":  # vLLM's importance-sampling correction runs TRL's old-log-prob forward: MEDS captures there
+    if (
+        case == "meds"
+    ):  # vLLM's importance-sampling correction runs TRL's old-log-prob forward: MEDS captures there
         assert result["feature_source"] == "captured", result
 
 
@@ -109,14 +126,15 @@ def test_vllm_start_up_survives_numba(tmp_path):
     script = (
         "import numba, llvmlite.binding.ffi as ffi\n"
         "ffi.lib.LLVMPY_GetVersionInfo  # the handle loads its library on first use, as numba's compiler does\n"
-        "from vllm.triton_utils.dispatcher import _rebind_kernels\n"
         "try:\n"
+        "    from vllm.triton_utils.dispatcher import _rebind_kernels\n"
         "    _rebind_kernels([])\n"
         "except AttributeError as error:\n"
         "    print('before:', error)\n"
         "else:\n"
         "    print('before: ok')\n"
         "import hf_meds_cliff.meds.memory\n"
+        "from vllm.triton_utils.dispatcher import _rebind_kernels\n"
         "_rebind_kernels([])\n"
         "print('after: ok')\n"
     )
@@ -174,7 +192,9 @@ def test_eval_sampled_pass_at_k_matches_transformers(vllm_policy, tmp_path):
         variance = sum((d - mean) ** 2 for d in differences) / (len(differences) - 1)
         standard_error = math.sqrt(variance / len(differences))
         assert abs(mean) <= 4 * standard_error + 1e-9, (mean, standard_error, sum(a), sum(b))
-    assert any(any(c) for c in results["vllm"].values()), "the vLLM policy never answered right: nothing compared"
+    assert any(any(c) for c in results["vllm"].values()), (
+        "the vLLM policy never answered right: nothing compared"
+    )
 
 
 class VLLMServer:
@@ -236,7 +256,12 @@ def test_cliff_judges_through_a_vllm_openai_server(tmp_path):
             solve_temperature=0.0, judge_temperature=0.0, judge_max_tokens=8, solve_max_tokens=8,
         )  # fmt: skip
         trainer = driver.build_trainer(
-            str(tmp_path / "run"), 12, steps=2, teacher=teacher, cliff_reference_filter=False, save_strategy="no"
+            str(tmp_path / "run"),
+            12,
+            steps=2,
+            teacher=teacher,
+            cliff_reference_filter=False,
+            save_strategy="no",
         )
         trainer.train()
         trainer.close_teacher()
@@ -246,7 +271,11 @@ def test_cliff_judges_through_a_vllm_openai_server(tmp_path):
     assert len(logs) == 2 and all("loss" in record for record in logs), server.log_tail()
     for record in logs:  # as with `transformers serve`: 2 mixed groups, 2 solves, 4 wrong rollouts judged
         assert (record["cliff/groups_cliff"], record["cliff/groups_fallback_endpoint"]) == (2.0, 0.0), record
-        assert (record["cliff/solve_calls"], record["cliff/judge_calls"], record["cliff/teacher/requests"]) == (
+        assert (
+            record["cliff/solve_calls"],
+            record["cliff/judge_calls"],
+            record["cliff/teacher/requests"],
+        ) == (
             2.0,
             4.0,
             6.0,

@@ -44,7 +44,9 @@ def install() -> bool:
         def keep_plain_weights(self, layer, _original=original):
             if getattr(layer, "weight", None) is None or layer.weight.ndim != 2:
                 return _original(self, layer)  # not a dense GEMM weight (e.g. MoE experts): vLLM's own path
-            layer.cpu_linear = torch.nn.functional.linear  # reads layer.weight at every call: synced weights count
+            layer.cpu_linear = (
+                torch.nn.functional.linear
+            )  # reads layer.weight at every call: synced weights count
 
         method.process_weights_after_loading = keep_plain_weights
         _INSTALLED[method.__name__] = original

@@ -31,6 +31,8 @@ def make_llvmlite_scan_safe() -> bool:
     table = getattr(getattr(ffi, "lib", None), "_fntab", None)
     if not isinstance(table, dict):
         return False
-    if not isinstance(table.get("__dict__"), dict):  # a scan that already ran cached the wrapper there: replace it
+    if not isinstance(
+        table.get("__dict__"), dict
+    ):  # a scan that already ran cached the wrapper there: replace it
         table["__dict__"] = {}
     return True

@@ -50,25 +50,25 @@ def build_trainer(case: str, policy: str, output_dir: str, steps: int):
         "meds": (MEDSConfig, MEDSGRPOTrainer),
         "cliff": (CliffConfig, CliffGRPOTrainer),
     }[case]
-    settings = dict(
-        output_dir=output_dir,
-        max_steps=steps,
-        per_device_train_batch_size=8,
-        num_generations=NUM_GENERATIONS,
-        max_completion_length=64,
-        learning_rate=1e-3,  # large enough that 2 steps move the log-probs far past the bf16 gap
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        bf16=False,
-        use_cpu=True,
-        seed=0,
-        use_vllm=True,
-        vllm_mode="colocate",
-        vllm_max_model_length=256,
+    settings = {
+        "output_dir": output_dir,
+        "max_steps": steps,
+        "per_device_train_batch_size": 8,
+        "num_generations": NUM_GENERATIONS,
+        "max_completion_length": 64,
+        "learning_rate": 1e-3,  # large enough that 2 steps move the log-probs far past the bf16 gap
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "bf16": False,
+        "use_cpu": True,
+        "seed": 0,
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_max_model_length": 256,
         # TRL's default: the old-log-prob forward runs, and MEDS captures its features there.
-        vllm_importance_sampling_correction=True,
-    )
+        "vllm_importance_sampling_correction": True,
+    }
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
     # Learning signal by construction (every group mixed), whatever this policy samples (tests/helpers.py).
@@ -126,7 +126,6 @@ def main(argv=None) -> int:
     parser.add_argument("--no_shim", action="store_true", help="Leave CPU vLLM's prepacked weights in place.")
     args = parser.parse_args(argv)
     import torch
-
     import vllm_cpu_shim
 
     torch.set_num_threads(1)

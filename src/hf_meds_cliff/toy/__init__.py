@@ -32,6 +32,7 @@ from .warmup import (
 )
 
 __all__ = [
+    "VLLM_TOY_MODEL",
     "CodeProblem",
     "CodeWarmupSettings",
     "CodeWorldConfig",
@@ -40,7 +41,6 @@ __all__ = [
     "ToyStep",
     "ToyTaskConfig",
     "UndecidableProgram",
-    "VLLM_TOY_MODEL",
     "WarmupSettings",
     "boxed_integer",
     "build_toy_model",
