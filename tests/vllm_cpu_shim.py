@@ -5,11 +5,13 @@ prepacked GEMM kernel (oneDNN or sgl-kernel, ``dispatch_cpu_unquantized_gemm``) 
 with an empty ``Parameter`` that has no ``weight_loader``. TRL's colocate sync
 (``VLLMGeneration.sync_weights`` -> ``model.load_weights``) then fails with ``'Parameter' object has no
 attribute 'weight_loader'``. The embedding / tied LM head keeps its weight but computes its logits from a
-prepacked copy, so a sync into it would be silently ignored. With this shim, both methods' CPU
-``process_weights_after_loading`` keep the weights and compute with ``torch.nn.functional.linear`` on them (the
-path vLLM itself takes for layers it skips), so every synced weight is used by the next generation. Measured
-on the toy policy: the log-prob gap between vLLM and the trained model after a sync is then the bf16 baseline
-(~2e-3); syncing through ``model_runner.reload_weights`` instead left 2.4e-2.
+prepacked copy, so a sync into it would be silently ignored (read from vLLM 0.32's source). With this shim,
+both methods' CPU ``process_weights_after_loading`` keep the weights and compute with
+``torch.nn.functional.linear`` on them (the path vLLM itself takes for layers it skips), so every synced weight
+is used by the next generation. Measured in
+the lane on the vLLM toy policy (GRPO and MEDS, 2 steps at learning rate 1e-3): the mean log-prob gap between
+vLLM (bf16) and the fp32 trainer is 1.4e-3 before training and 5.5e-3 after a sync, against 0.24 one step
+before the sync and 0.75 of movement in training.
 
 It is never used on CUDA: :func:`install` does nothing unless vLLM's platform is the CPU, and vLLM's GPU
 layers keep their ``weight_loader`` (TRL's sync is written for them). It is not shipped in the package: a user
