@@ -4,11 +4,13 @@
     python scripts/gpu_smoke.py --policy DIR    # skip the CPU warm-up: DIR holds a warmed-up toy policy
     python scripts/gpu_smoke.py --device cpu --steps 1 --cases grpo meds cliff   # the same code path on CPU
 
-The policy is the project's toy Qwen3 (built from a config and warmed up locally: no download), so the smoke
-test exercises the real Qwen3 modelling code, the layer hooks, the fused LM head, LoRA through peft, bf16
-autocast and (when vLLM is importable) vLLM colocate generation. The warm-up takes about 5 CPU minutes on first
-use; on a bare GPU machine copy a warmed-up policy folder there (``~/.cache/hf_meds_cliff/toy/<key>``, or the one
-``$HF_MEDS_CLIFF_CACHE`` points at) and pass it as ``--policy``, or point ``$HF_MEDS_CLIFF_CACHE`` at a copied cache.
+The policy is the project's toy Qwen3 in its vLLM variant (head_dim 32: vLLM's attention backends refuse the
+studies' head_dim 16; :func:`hf_meds_cliff.toy.vllm_toy_policy`), built from a config and warmed up locally (no
+download), so the smoke test exercises the real Qwen3 modelling code, the layer hooks, the fused LM head, LoRA
+through peft, bf16 autocast and (when vLLM is importable) vLLM colocate generation. The warm-up takes a few CPU
+minutes on first use; on a bare GPU machine copy a warmed-up policy folder there (``~/.cache/hf_meds_cliff/toy/<key>``,
+or the one ``$HF_MEDS_CLIFF_CACHE`` points at) and pass it as ``--policy``, or point ``$HF_MEDS_CLIFF_CACHE`` at a
+copied cache. The CPU vLLM lane (README "The vLLM lane") runs the same three trainers on vLLM without a GPU.
 
 MEDS runs on both of its feature paths: ``meds`` / ``meds_gradacc`` use MEDS's own no-grad forward (the latter
 with ``gradient_accumulation_steps=2``: a generation batch twice the per-device batch, run in several chunks,
@@ -137,14 +139,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--policy",
         default=None,
-        help="Folder of a warmed-up toy policy (model + tokenizer); default: $HF_MEDS_CLIFF_TOY_POLICY, else warm "
-        "one up (or reuse the cache).",
+        help="Folder of a warmed-up toy policy (model + tokenizer; head_dim >= 32 for the vLLM cases); default: "
+        "$HF_MEDS_CLIFF_VLLM_TOY_POLICY, else warm up the vLLM variant of the toy policy (or reuse the cache).",
     )
     args = parser.parse_args(argv)
 
     import torch
 
-    from hf_meds_cliff.toy import toy_policy
+    from hf_meds_cliff.toy import vllm_toy_policy
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("FAIL setup: no CUDA GPU is visible (use --device cpu for the CPU code path)")
@@ -153,7 +155,7 @@ def main(argv=None) -> int:
         f"torch {torch.__version__}, device {args.device}"
         + (f" ({torch.cuda.get_device_name(0)})" if args.device == "cuda" else "")
     )
-    policy = args.policy or str(toy_policy())
+    policy = args.policy or str(vllm_toy_policy())
     results = {}
     failed = False
     for case in args.cases:

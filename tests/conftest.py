@@ -60,8 +60,16 @@ def pytest_configure(config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Mark every test that uses the toy policy ``toy_policy`` (``-m toy_policy`` runs them against another one)."""
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test that uses the toy policy ``toy_policy`` (``-m toy_policy`` runs them against another one), and
+    deselect the vLLM lane's tests (marker ``vllm``) unless the ``-m`` expression names ``vllm``: they start the real
+    vLLM engine (tens of seconds and about 2.5 GB each) and need the lane's own environment (see README)."""
     for item in items:
         if TOY_POLICY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.toy_policy)
+    if "vllm" in (config.getoption("markexpr") or ""):
+        return
+    lane = [item for item in items if item.get_closest_marker("vllm") is not None]
+    if lane:
+        config.hook.pytest_deselected(items=lane)
+        items[:] = [item for item in items if item.get_closest_marker("vllm") is None]

@@ -38,9 +38,9 @@ from transformers import TrainerCallback
 VERDICT = '{"final_answer_correct": false, "first_mistake": 1}'
 
 
-def write_verdict_teacher(folder: Path, answer: str = VERDICT) -> Path:
+def write_verdict_teacher(folder: Path, answer: str = VERDICT, width: int = 8) -> Path:
     """A served-model directory that answers ``answer`` (default ``VERDICT``) to any chat request (greedy
-    decoding)."""
+    decoding). ``width`` is the hidden size and head size (one head): vLLM needs a head size of at least 32."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -55,8 +55,8 @@ def write_verdict_teacher(folder: Path, answer: str = VERDICT) -> Path:
         "{% if add_generation_prompt %}assistant:{% endif %}"
     )
     config = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1,
-        num_key_value_heads=1, head_dim=8, max_position_embeddings=4096, tie_word_embeddings=False,
+        vocab_size=len(vocab), hidden_size=width, intermediate_size=width, num_hidden_layers=1, num_attention_heads=1,
+        num_key_value_heads=1, head_dim=width, max_position_embeddings=4096, tie_word_embeddings=False,
         eos_token_id=1, pad_token_id=0, bos_token_id=None,
     )  # fmt: skip
     model = LlamaForCausalLM(config)
@@ -68,7 +68,7 @@ def write_verdict_teacher(folder: Path, answer: str = VERDICT) -> Path:
                 module.weight.fill_(1.0)
         embed, head = model.model.embed_tokens.weight, model.lm_head.weight
         embed[:, 1] = 1.0  # every token but VERDICT points one way...
-        embed[3] = torch.nn.functional.one_hot(torch.tensor(0), 8).float()  # ...VERDICT the other
+        embed[3] = torch.nn.functional.one_hot(torch.tensor(0), width).float()  # ...VERDICT the other
         head[3, 1] = 10.0  # after any other token: VERDICT
         head[1, 0] = 10.0  # after VERDICT: EOS
     model.generation_config = GenerationConfig(

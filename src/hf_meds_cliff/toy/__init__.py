@@ -21,9 +21,18 @@ from .task import (
     question_split,
 )
 from .tokenizer import build_toy_tokenizer
-from .warmup import WarmupSettings, boxed_integer, evaluate_policy, toy_policy, warmup_toy_model
+from .warmup import (
+    VLLM_TOY_MODEL,
+    WarmupSettings,
+    boxed_integer,
+    evaluate_policy,
+    toy_policy,
+    vllm_toy_policy,
+    warmup_toy_model,
+)
 
 __all__ = [
+    "VLLM_TOY_MODEL",
     "CodeProblem",
     "CodeWarmupSettings",
     "CodeWorldConfig",
@@ -50,6 +59,7 @@ __all__ = [
     "question_split",
     "toy_generation_config",
     "toy_policy",
+    "vllm_toy_policy",
     "warmup_code_world",
     "warmup_toy_model",
 ]

@@ -210,6 +210,34 @@ def toy_policy(seed: int = 0) -> Path:
     return path
 
 
+VLLM_POLICY_ENV_VARIABLE = "HF_MEDS_CLIFF_VLLM_TOY_POLICY"
+
+VLLM_TOY_MODEL = ToyModelConfig(head_dim=32)
+"""The toy shape vLLM accepts: vLLM's CPU attention takes head sizes 32, 64, 80, ... (head_dim 16 fails with
+``Unsupported CPU attention configuration``) and its GPU FlashAttention backend lists 32, 64, 96, 128, ... The
+studies' policy keeps head_dim 16 (its results stay reproducible); this variant only widens the heads."""
+
+VLLM_TOY_WARMUP = {"max_steps": 400, "target_greedy_accuracy": 0.2}
+"""A short warm-up for the vLLM variant: the vLLM lane and ``scripts/gpu_smoke.py`` need a policy that emits
+``\\boxed{}`` answers and gets some right (mixed groups), not the studies' 50 % greedy accuracy."""
+
+
+def vllm_toy_policy(seed: int = 0) -> Path:
+    """The folder of the toy policy with head_dim 32 (:data:`VLLM_TOY_MODEL`), which vLLM can load:
+    ``$HF_MEDS_CLIFF_VLLM_TOY_POLICY`` when set, else the cached warm-up of ``seed`` (built on first use, a few
+    CPU minutes, with :data:`VLLM_TOY_WARMUP`; cached beside the studies' policy under its own key)."""
+    chosen = os.environ.get(VLLM_POLICY_ENV_VARIABLE)
+    if not chosen:
+        return warmup_toy_model(seed=seed, model_config=VLLM_TOY_MODEL, **VLLM_TOY_WARMUP)
+    path = Path(chosen).expanduser()
+    if not (path / METRICS_FILE).is_file():
+        raise ValueError(
+            f"{VLLM_POLICY_ENV_VARIABLE}={chosen!r} is not a warmed-up toy policy (no {METRICS_FILE} in it); write "
+            f"one with `python -m hf_meds_cliff.toy.warmup --vllm --output_dir {chosen}`, or unset the variable."
+        )
+    return path
+
+
 def warmup_toy_model(
     output_dir: str | Path | None = None,
     *,
@@ -744,16 +772,23 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--target_greedy_accuracy", type=float, default=0.5)
     parser.add_argument("--num_test_problems", type=int, default=200)
     parser.add_argument("--num_threads", type=int, default=None)
+    parser.add_argument(
+        "--vllm",
+        action="store_true",
+        help="The variant vLLM can load (head_dim 32, a short warm-up: max_steps 400, target greedy accuracy "
+        "0.2); --max_steps and --target_greedy_accuracy are then ignored.",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    schedule = {"max_steps": args.max_steps, "target_greedy_accuracy": args.target_greedy_accuracy}
     path = warmup_toy_model(
         args.output_dir,
         seed=args.seed,
-        max_steps=args.max_steps,
+        model_config=VLLM_TOY_MODEL if args.vllm else None,
         time_budget_s=args.time_budget_s,
-        target_greedy_accuracy=args.target_greedy_accuracy,
         num_test_problems=args.num_test_problems,
         num_threads=args.num_threads,
+        **(VLLM_TOY_WARMUP if args.vllm else schedule),
     )
     metrics = json.loads((path / METRICS_FILE).read_text())
     logger.info("Policy in %s; test split: %s", path, metrics["test_split"])
