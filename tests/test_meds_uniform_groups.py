@@ -157,5 +157,5 @@ def test_shape_uniform_groups_option_keeps_the_earlier_behaviour(toy_policy_path
     later_uniform_penalties = np.concatenate([step["penalties"][uniform] for step in steps[1:]])
     assert (later_uniform_penalties < 0).any()
     for step in steps:
-        if np.ptp(step["penalties"][uniform]) > 1e-6:
-            assert step["advantages"][uniform].max() > 0.5
+        if np.ptp(step["penalties"][uniform]) > 1e-6:  # a wrong answer of an all-wrong group is pushed up
+            assert step["advantages"][uniform].max() > 0.1

@@ -284,3 +284,81 @@ def test_user_script_with_a_reward_model_trains(kind, toy_policy_path, reward_mo
         assert args.reward_weights == [1.0, 0.1]  # the user's config is left as it was
     if kind == "cliff":
         assert any(r.get("cliff/groups_cliff", 0) > 0 for r in logs)
+
+
+# ------------------------------------------------------------------------------------------------
+# The other per-reward-function settings with MEDS's column: weights, names, async, metrics, aggregation
+# ------------------------------------------------------------------------------------------------
+
+
+def brevity(completions, **kwargs):
+    """A second, graded reward: shorter is better."""
+    return [-len(c[-1]["content"] if isinstance(c, list) else c) / 100 for c in completions]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_meds_column_with_async_rewards_weights_and_aggregation(aggregation, toy_policy_path, tmp_path, caplog):
+    """An async 0/1 correctness function (TRL runs it on its event loop) next to a sync graded one, with weights:
+    the ``meds_penalty`` column is the third, weight 1, named, logged like any reward (mean, std, the completions
+    table), filled after the async rewards, and TRL's advantages under both aggregation modes are those of the
+    three columns (``trl_advantages``, the diagnostics' replica of TRL)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_meds_cliff.meds.diagnostics import trl_advantages
+
+    mixed = MixedGroupsReward(correct, NUM_GENERATIONS)
+
+    async def correct_async(prompts, completions, **kwargs):
+        await asyncio.sleep(0)
+        return mixed(prompts=prompts, completions=completions, **kwargs)
+
+    tokenizer = AutoTokenizer.from_pretrained(toy_policy_path)
+    tokenizer.padding_side = "left"
+    args = _config(
+        "meds", tmp_path / "out", max_steps=3, reward_weights=[1.0, 0.5], multi_objective_aggregation=aggregation,
+        log_completions=True, num_completions_to_print=0,
+    )  # fmt: skip
+    trainer = _build(
+        "meds", AutoModelForCausalLM.from_pretrained(toy_policy_path), [correct_async, brevity], args,
+        train_dataset=user_dataset(), processing_class=tokenizer,
+    )  # fmt: skip
+    assert trainer.reward_func_names == ["correct_async", "brevity", "meds_penalty"]
+    assert trainer.reward_weights.tolist() == [1.0, 0.5, 1.0]
+    assert trainer.reward_processing_classes == [None, None, None]
+    assert trainer._has_async_funcs
+    warned = "normalises every reward column per group on its own, the meds_penalty column too" in caplog.text
+    assert warned == (aggregation == "normalize_then_sum")
+    recorded = []
+    generate_and_score = trainer._generate_and_score_completions
+
+    def record(inputs):
+        output = generate_and_score(inputs)
+        recorded.append(
+            (trainer._last_gathered_rewards.double().cpu().numpy().copy(), output["advantages"].double().numpy())
+        )
+        return output
+
+    trainer._generate_and_score_completions = record
+    trainer.train()
+
+    assert mixed.calls == 3  # the async function ran every step
+    logs = [r for r in trainer.state.log_history if "reward" in r]
+    for name in ("correct_async", "brevity", "meds_penalty"):
+        assert all(f"rewards/{name}/mean" in r and f"rewards/{name}/std" in r for r in logs), name
+    assert any(r["rewards/meds_penalty/mean"] < 0 for r in logs)
+    np.testing.assert_allclose(
+        np.array(trainer._logs["rewards"]["meds_penalty"]), trainer.meds_last_penalties, rtol=1e-6
+    )
+    group_ids = np.arange(2 * NUM_GENERATIONS) // NUM_GENERATIONS
+    for columns, advantages in recorded:
+        assert columns.shape == (2 * NUM_GENERATIONS, 3)
+        expected = trl_advantages(columns, [1.0, 0.5, 1.0], group_ids, trainer.scale_rewards, aggregation)
+        np.testing.assert_allclose(advantages, expected, rtol=1e-4, atol=1e-4)
+    # TRL's completions table: one column per reward function, the penalty and the cluster sizes included.
+    import pandas as pd
+
+    table = pd.read_parquet(sorted((tmp_path / "out" / "completions").glob("completions_*.parquet"))[-1])
+    assert {"correct_async", "brevity", "meds_penalty", "meds_cluster_size", "advantage"} <= set(table.columns)
+    np.testing.assert_allclose(table["meds_penalty"].to_numpy(), trainer.meds_last_penalties, rtol=1e-6)
+    assert table["meds_cluster_size"].tolist() == trainer.meds_last_cluster_sizes.tolist()
