@@ -18,7 +18,7 @@ import asyncio
 import numpy as np
 import pytest
 import torch
-from helpers import MixedGroupsReward
+from helpers import MixedGroupsReward, needs_qwen_tokenizer
 
 NUM_GENERATIONS = 4
 RM_WORD_TOKENS = ("answer", "boxed")
@@ -362,3 +362,52 @@ def test_meds_column_with_async_rewards_weights_and_aggregation(aggregation, toy
     assert {"correct_async", "brevity", "meds_penalty", "meds_cluster_size", "advantage"} <= set(table.columns)
     np.testing.assert_allclose(table["meds_penalty"].to_numpy(), trainer.meds_last_penalties, rtol=1e-6)
     assert table["meds_cluster_size"].tolist() == trainer.meds_last_cluster_sizes.tolist()
+
+
+@needs_qwen_tokenizer
+def test_meds_column_sits_before_an_environment_owned_reward(tmp_path, monkeypatch):
+    """TRL appends an ``environment_factory``'s ``get_reward`` as one more reward column (weight 1) after the reward
+    functions it was given, which under MEDS include ``meds_penalty``: the penalty keeps its index (found by
+    identity), and every per-function list has one entry per column."""
+    from datasets import Dataset
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from trl.chat_template_utils import qwen3_chat_template
+
+    from hf_meds_cliff.toy.qwen_world import load_qwen_tokenizer
+
+    class GuessingEnvironment:
+        def reset(self, **kwargs):
+            self.solved = False
+
+        def guess(self, word: str) -> str:
+            """
+            Submit a guess.
+
+            Args:
+                word: The guessed word.
+
+            Returns:
+                Feedback about the guess.
+            """
+            return "nope"
+
+        def get_reward(self) -> float:
+            return 1.0 if self.solved else 0.0
+
+    tokenizer = load_qwen_tokenizer()
+    tokenizer.chat_template = qwen3_chat_template  # a template TRL knows how to parse tool calls of
+    config = Qwen3Config(
+        vocab_size=len(tokenizer) + -len(tokenizer) % 64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    trainer = _build(
+        "meds", Qwen3ForCausalLM(config), correct, _config("meds", tmp_path, max_steps=5, reward_weights=[0.5]),
+        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "answer": "1"}] * 4),
+        processing_class=tokenizer, environment_factory=GuessingEnvironment,
+    )  # fmt: skip
+    assert trainer.reward_func_names == ["correct", "meds_penalty", "GuessingEnvironment"]
+    assert trainer.reward_weights.tolist() == [0.5, 1.0, 1.0]
+    assert trainer.reward_processing_classes == [None, None, None]
+    assert trainer._meds_penalty_index == 1
+    assert "guess" in [tool.__name__ for tool in trainer.tools]

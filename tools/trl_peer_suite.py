@@ -76,8 +76,20 @@ ZEN_TRAIN_ROWS = 2
 tests train 3 epochs over the train split, one prompt per step, so 2 rows cut a test's steps from 51 to 6 (the
 suite runs on a shared CPU) without changing what any test checks."""
 
+REWARD_FUNCTION_TESTS = (
+    "test_init_minimal", "test_train_different_reward_model", "test_train_reward_func_standard",
+    "test_train_multiple_reward_funcs", "test_train_sync_and_async_reward_funcs",
+    "test_train_multiple_reward_funcs_with_weights", "test_reward_metric_reflects_reward_weights",
+    "test_train_multiple_mixed_reward_funcs", "test_train_normalize_then_sum_aggregation",
+    "test_mismatched_reward_processing_classes_length", "test_correct_reward_processing_classes_list",
+    "test_single_reward_model_with_single_processing_class",
+)  # fmt: skip
+"""The tests about what MEDS's extra reward column touches (issue 33): reward models and their processing classes,
+several, async, weighted and None-returning reward functions, the logged reward and both aggregation modes."""
+
 SELECTIONS = {
     "all": None,
+    "reward_functions": " or ".join(REWARD_FUNCTION_TESTS),
     "rewards": " or ".join(
         [
             "test_init_minimal", "test_train_different_reward_model", "test_train_reward_func",
@@ -93,9 +105,10 @@ SELECTIONS = {
         ]
     ),
 }
-"""``--selection``: ``all`` (every test of the non-vision, non-slow classes) or ``rewards`` (everything about reward
+"""``--selection``: ``all`` (every test of the non-vision, non-slow classes), ``rewards`` (everything about reward
 functions, reward models, weights, aggregation and scaling, plus the core training paths: loss types, iterations,
-PEFT, evaluation, truncation masking, iterable data), a subset that fits a shared 2-core machine."""
+PEFT, evaluation, truncation masking, iterable data) or ``reward_functions`` (:data:`REWARD_FUNCTION_TESTS`, what
+fits a shared 2-core machine)."""
 
 CAUSAL_LMS = {
     "tiny-Qwen2ForCausalLM-2.5": "qwen2",
