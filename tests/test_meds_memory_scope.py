@@ -52,6 +52,22 @@ def test_survivors_are_the_filtered_groups_up_to_the_trim():
     assert _Survivors(needed=None).dynamic_sampling_survivors(rewards) is None  # outside a round
 
 
+def test_dynamic_sampling_filters_on_accuracy_not_on_the_shaped_reward():
+    """The reference filters on ``acc`` (filter_groups_metric=acc): an all-wrong group whose MEDS penalties differ
+    (so its shaped reward varies) is still dropped; a mixed group is kept whatever its penalties."""
+    # columns: correctness, meds_penalty; groups of 2
+    rewards = torch.tensor([[0.0, 0.0], [0.0, -0.2], [1.0, 0.0], [0.0, -0.1], [1.0, 0.0], [1.0, 0.0]])
+    assert _Survivors(needed=6).dynamic_sampling_survivors(rewards).tolist() == [
+        False, False, True, True, False, False,
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="MEDS filters groups on accuracy"):
+        MEDSConfig(
+            output_dir="x", use_cpu=True, bf16=False, dynamic_sampling=True, dynamic_sampling_reward_index=1
+        )
+    # without dynamic sampling the index is unused
+    MEDSConfig(output_dir="x", use_cpu=True, bf16=False, dynamic_sampling_reward_index=1)
+
+
 def test_memory_scope_is_validated():
     with pytest.raises(ValueError, match="meds_memory_scope='kept' is not one of"):
         MEDSConfig(output_dir="x", use_cpu=True, bf16=False, meds_memory_scope="kept")

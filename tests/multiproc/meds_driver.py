@@ -79,6 +79,10 @@ def build_trainer(policy: str, output_dir: Path, world_size: int) -> MEDSGRPOTra
         report_to="none",
         save_strategy="no",
         disable_tqdm=True,
+        # The --train phase scores real rollouts with the plain exact reward, and groups straddle the ranks (no
+        # per-rank mixing is possible): memorise every featured row, so the memory grows whatever the policy solves
+        # (the default leaves all-wrong and all-right groups out, as the reference does).
+        meds_memory_scope="all",
     )
     return MEDSGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(policy),

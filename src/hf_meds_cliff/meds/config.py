@@ -40,9 +40,16 @@ class MEDSConfig(DAPOConfig):
             reference implementation's token rule: query = the token holding the `{` of the last `\\boxed{`,
             target = the next token) or `"decoded"` (on the decoded text; the target is the token carrying the first
             answer characters, even when BPE merged them with the `{`). See `locate_answer_token`.
-        meds_memory_scope (`str`, defaults to `"filtered"`): Which rollouts enter the memory under dynamic sampling:
-            `"filtered"` (the reference: only those DAPO's group filter and batch trim keep) or `"all"` (every
-            generation round). Without dynamic sampling both are every rollout.
+        meds_shape_uniform_groups (`bool`, defaults to `False`): Shape groups whose correctness has no variance (all
+            rollouts wrong, or all right). Off = the reference, which drops such groups with DAPO's filter on
+            accuracy (`run_meds.sh`: `enable_filter_groups=True`, `filter_groups_metric=acc`): they get no
+            advantage from the penalty. On = this package's earlier behaviour (stages 1-2 of the learning study):
+            in an all-wrong group the penalty is then the only variance, and group normalisation turns it into large
+            advantages for some wrong answers.
+        meds_memory_scope (`str`, defaults to `"filtered"`): Which rollouts enter the memory: `"filtered"` (the
+            reference: the rows it trains on; under dynamic sampling those DAPO's group filter and batch trim keep,
+            without it those of groups whose correctness varies, plus uniform groups when
+            `meds_shape_uniform_groups`) or `"all"` (every rollout of every generation round).
         meds_use_layer_diff (`bool`, defaults to `False`): Use first differences of the per-layer logits.
         meds_logit_lens (`bool`, defaults to `False`): Apply the final norm to every layer before the LM head row.
         meds_knn_k (`int`, defaults to `3`), meds_min_cluster_size (`int`, defaults to `2`),
@@ -111,13 +118,24 @@ class MEDSConfig(DAPOConfig):
             "choices": list(ANSWER_TOKEN_RULES),
         },
     )
+    meds_shape_uniform_groups: bool = field(
+        default=False,
+        metadata={
+            "help": "Shape groups whose correctness has no variance (every rollout wrong, or every one right). "
+            "False (default) follows the reference: run_meds.sh trains with DAPO's filter on accuracy "
+            "(enable_filter_groups=True, filter_groups_metric=acc), so such groups never reach the loss and the "
+            "penalty gives them no advantage. True is this package's earlier behaviour (stages 1-2 of the learning "
+            "study): in an all-wrong group the penalty is then the only variance, and group normalisation turns "
+            "it into large advantages, positive for some wrong answers."
+        },
+    )
     meds_memory_scope: str = field(
         default="filtered",
         metadata={
-            "help": "Which rollouts enter the error memory when dynamic_sampling is on: 'filtered' (the reference: "
-            "only rows of groups that survive DAPO's accuracy-variance filter and the batch trim; all-right and "
-            "all-wrong groups never enter) or 'all' (every generation round, including dropped groups). Without "
-            "dynamic sampling every rollout enters either way.",
+            "help": "Which rollouts enter the error memory: 'filtered' (the reference: the rows it trains on. With "
+            "dynamic_sampling, the rows of groups that survive DAPO's accuracy filter and the batch trim; without, "
+            "the rows of groups whose correctness varies, plus uniform groups when meds_shape_uniform_groups) or "
+            "'all' (every rollout of every generation round, including all-wrong and all-right groups).",
             "choices": list(MEMORY_SCOPES),
         },
     )
@@ -285,4 +303,11 @@ class MEDSConfig(DAPOConfig):
             raise ValueError(
                 f"meds_correctness_reward_index={self.meds_correctness_reward_index} must be >= 0 (an index into "
                 "reward_funcs)."
+            )
+        if self.dynamic_sampling and self.dynamic_sampling_reward_index != self.meds_correctness_reward_index:
+            raise ValueError(
+                f"dynamic_sampling_reward_index={self.dynamic_sampling_reward_index} but "
+                f"meds_correctness_reward_index={self.meds_correctness_reward_index}: MEDS filters groups on accuracy, "
+                "as the reference does (filter_groups_metric=acc), so the filter must read the correctness reward. "
+                "Set both to the index of the 0/1 correctness reward."
             )

@@ -9,6 +9,10 @@ Spec (``shared/spec/meds.md``, step 4), with penalty ``p = min(α · log(|C| + 1
 A row with cluster size 0 (empty memory, no feature, noise under ``noise_policy="ignore"``) gets
 ``p = log(1) · α = 0`` and keeps its reward. NaN rewards (TRL turns ``None`` into NaN) stay NaN.
 
+Groups whose correctness has no variance (all rollouts wrong, or all right: :func:`uniform_correctness_rows`) are
+not shaped by default: the reference trains with DAPO's filter on accuracy, which drops them, so the penalty
+never gives them an advantage (``MEDSConfig.meds_shape_uniform_groups``).
+
 >>> shape_rewards([0.0, 1.0, 0.0], [False, True, False], [3, 3, 0], alpha=0.1, beta=0.2).round(4).tolist()
 [-0.1386, 1.0, 0.0]
 >>> shape_rewards([0.0, 1.0], [False, True], [100, 3], alpha=0.1, beta=0.2, target="both").round(4).tolist()
@@ -125,6 +129,43 @@ def shape_rewards(
         raise ValueError(f"rewards must have shape ({batch_size},) like cluster_sizes, got {values.shape}.")
     shaped = np.where(penalise_wrong, values - penalty, values)
     return np.where(penalise_right, shaped / (1.0 + penalty), shaped)
+
+
+def uniform_correctness_rows(is_correct: Any, num_generations: int, graded: Any = None) -> np.ndarray:
+    """Which rows belong to a group whose correctness has no variance (all graded rows wrong, or all right).
+
+    Args:
+        is_correct: (B,) bools in TRL's group order (``num_generations`` consecutive rows per prompt).
+        num_generations: rows per group; ``B`` must be a multiple of it.
+        graded: optional (B,) bools; rows that are not graded (correctness ``None``) are ignored, and a group with
+            fewer than two graded rows has no variance (as in :func:`hf_meds_cliff.dapo.groups_with_signal`).
+
+    Returns:
+        (B,) bools, True for every row of such a group. These are the groups DAPO's dynamic sampling drops on
+        accuracy (the reference's ``filter_groups_metric=acc``); under group normalisation their correctness gives
+        no advantage, so any variance the MEDS penalty put into them would be the whole signal.
+
+    >>> uniform_correctness_rows([False, False, True, False, True, True], 2).tolist()
+    [True, True, False, False, True, True]
+    >>> uniform_correctness_rows([False, True, False, False], 2, graded=[True, False, True, True]).tolist()
+    [True, True, True, True]
+    """
+    if isinstance(num_generations, bool) or not isinstance(num_generations, (int, np.integer)) or num_generations < 1:
+        raise ValueError(f"num_generations must be an integer >= 1, got {num_generations!r}.")
+    correct = np.asarray(is_correct.detach().cpu().numpy() if _is_torch(is_correct) else is_correct)
+    if correct.ndim != 1 or correct.shape[0] % num_generations:
+        raise ValueError(
+            f"is_correct must have shape (B,) with B a multiple of num_generations={num_generations}, got "
+            f"{correct.shape}."
+        )
+    correct = _as_bool_vector("is_correct", correct, correct.shape[0])
+    scored = (
+        np.ones_like(correct) if graded is None else _as_bool_vector("graded", graded, correct.shape[0])
+    )
+    grouped_correct = (correct & scored).reshape(-1, num_generations).sum(axis=1)
+    grouped_scored = scored.reshape(-1, num_generations).sum(axis=1)
+    mixed = (grouped_scored >= 2) & (grouped_correct > 0) & (grouped_correct < grouped_scored)
+    return np.repeat(~mixed, num_generations)
 
 
 def _as_bool_vector(name: str, values: Any, batch_size: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import textwrap
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
+from trl.trainer.utils import get_callable_name
 
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
@@ -36,12 +38,16 @@ from .features import (
 )
 from .answer_memory import AnswerMemory
 from .memory import ErrorMemory, RowSnippet, answer_region
-from .shaping import shape_rewards, top1_eigen_ratio
+from .shaping import shape_rewards, top1_eigen_ratio, uniform_correctness_rows
 
 logger = logging.getLogger(__name__)
 
 MEMORY_DIRNAME = "meds_memory"
 """Folder of the error memory inside a checkpoint (written by ``ErrorMemory.save``)."""
+
+
+PENALTY_COLUMN = "meds_penalty"
+"""Name of the MEDS penalty reward function, so of its column in TRL's rewards and logs."""
 
 
 class MEDSPenaltyReward:
@@ -58,10 +64,52 @@ class MEDSPenaltyReward:
     [None, None]
     """
 
-    __name__ = "meds_penalty"
+    __name__ = PENALTY_COLUMN
 
     def __call__(self, completions, **kwargs) -> list[float | None]:
         return [None] * len(completions)
+
+
+_PROCESSING_CLASSES_POSITION = (
+    list(inspect.signature(GRPOTrainer.__init__).parameters).index("reward_processing_classes") - 4
+)
+"""Position of ``reward_processing_classes`` among the arguments after ``(model, reward_funcs, args)``."""
+
+
+def _with_penalty_processing_class(trainer_args: tuple, trainer_kwargs: dict, num_user_funcs: int):
+    """``GRPOTrainer``'s remaining arguments with ``reward_processing_classes`` extended by ``None`` for the
+    ``meds_penalty`` column (a callable, whose entry TRL ignores), whether it was passed by keyword or position.
+
+    Accepts what ``GRPOTrainer`` accepts for the user's reward functions: ``None`` (left as is: TRL then uses
+    ``None`` for every function and loads each reward model's tokenizer), one processing class (for a single reward
+    function) or a list with one entry per user reward function (a tuple too).
+    """
+    positional = len(trainer_args) > _PROCESSING_CLASSES_POSITION
+    classes = (
+        trainer_args[_PROCESSING_CLASSES_POSITION]
+        if positional
+        else trainer_kwargs.get("reward_processing_classes")
+    )
+    if classes is None:
+        return trainer_args, trainer_kwargs
+    classes = list(classes) if isinstance(classes, (list, tuple)) else [classes]
+    if len(classes) != num_user_funcs:
+        raise ValueError(
+            f"The number of reward processing classes ({len(classes)}) must match the number of reward functions "
+            f"({num_user_funcs}): give one per reward function, None for a plain function (MEDS adds its own "
+            "`meds_penalty` column and its entry itself: do not count it). A single processing class (not a list) "
+            "is for a single reward function."
+        )
+    classes.append(None)
+    if positional:
+        trainer_args = (
+            *trainer_args[:_PROCESSING_CLASSES_POSITION],
+            classes,
+            *trainer_args[_PROCESSING_CLASSES_POSITION + 1 :],
+        )
+    else:
+        trainer_kwargs = {**trainer_kwargs, "reward_processing_classes": classes}
+    return trainer_args, trainer_kwargs
 
 
 _MEDS_ON_CODE_MESSAGE = (
@@ -81,8 +129,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
 
     Overrides (each calls ``super()``):
 
-    * ``__init__``: appends the :class:`MEDSPenaltyReward` column (and weight 1.0 to
-      ``args.reward_weights`` when given), builds the :class:`ErrorMemory`, resolves the decoder layers.
+    * ``__init__``: appends the :class:`MEDSPenaltyReward` column (weight 1.0 to ``args.reward_weights`` and
+      ``None`` to ``reward_processing_classes`` when given, so every form ``GRPOTrainer`` accepts keeps working,
+      reward models with their own tokenizers included), builds the :class:`ErrorMemory`, resolves the decoder
+      layers.
     * ``_generate``: keeps the prompt token ids of the batch (to build feature inputs) and locates the
       answer token of each completion.
     * ``_get_per_token_logps_and_entropies``: when TRL runs its no-grad old-log-prob forward before
@@ -108,6 +158,13 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
       reward. As in the reference, only the rows the filter and the batch trim keep enter the memory (and are
       shaped); ``meds_memory_scope="all"`` memorises every generation round (``meds/num_not_memorised`` counts
       the featured rows left out).
+
+    Groups whose correctness has no variance (all wrong, or all right) are never shaped by default, with or without
+    dynamic sampling: the reference drops them with DAPO's filter on accuracy, so in its runs the penalty never
+    puts variance into an all-wrong group. Without dynamic sampling they stay in the batch with GRPO's advantage
+    (0 from the correctness reward) and, under ``meds_memory_scope="filtered"``, stay out of the memory as in the
+    reference; ``meds_shape_uniform_groups=True`` memorises and shapes them (this package's earlier behaviour).
+    ``meds/frac_groups_uniform`` logs their share of the batch.
 
     Code: MEDS's feature is the first token of the final answer (``\\boxed{``), which a program does not have. The
     trainer refuses a :class:`~hf_meds_cliff.code.CodeTestsReward` as the correctness reward at start-up, and stops
@@ -167,6 +224,17 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 f"function(s) were passed ({names}); give one weight per reward function. (MEDS adds its own "
                 "`meds_penalty` column with weight 1.0 itself: do not count it.)"
             )
+        if any(
+            not isinstance(f, (str, torch.nn.Module)) and get_callable_name(f) == PENALTY_COLUMN
+            for f in user_funcs
+        ):
+            raise ValueError(
+                f"A reward function is named {PENALTY_COLUMN!r}, the name of MEDS's own penalty column: "
+                "TRL would log both under the same rewards/ key. Rename yours (its __name__)."
+            )
+        trainer_args, trainer_kwargs = _with_penalty_processing_class(
+            trainer_args, trainer_kwargs, num_user_funcs=len(user_funcs)
+        )
         self.meds_penalty_func = MEDSPenaltyReward()
         if user_weights is not None:
             args.reward_weights = [*user_weights, 1.0]  # the penalty column has weight 1
@@ -179,6 +247,13 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._meds_penalty_index = next(
             i for i, f in enumerate(self.reward_funcs) if f is self.meds_penalty_func
         )
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            logger.warning(
+                "multi_objective_aggregation='normalize_then_sum': TRL normalises every reward column per group on "
+                "its own, the meds_penalty column too, so the penalty becomes an objective of unit spread next to "
+                "correctness (meds_alpha/meds_beta then shape it but no longer set its strength; the paper "
+                "normalises the shaped reward r - p, which is 'sum_then_normalize', the default)."
+            )
 
         self.meds_memory = ErrorMemory(
             min_cluster_size=args.meds_min_cluster_size,
@@ -203,7 +278,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._meds_capture: AnswerLogitCapture | None = None
         self._meds_captured_logits: torch.Tensor | None = None
         self.meds_last_cluster_sizes: np.ndarray | None = None
-        """Cluster size of every completion of the last training step (all processes, -1 = no feature)."""
+        """Cluster size of every completion of the last training step (all processes; -1 = not assigned: no feature,
+        ungraded, or not memorised under ``meds_memory_scope="filtered"``)."""
         self.meds_last_penalties: np.ndarray | None = None
         """Penalty column of the last training step (all processes; NaN where the correctness reward was None)."""
         self._meds_last_feature_source: str | None = None  # "captured" (TRL's forward) or "forward" (ours)
@@ -450,18 +526,22 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 )
             )
         self._meds_check_correctness(correctness_reward)
-        scored = has_feature & ~torch.isnan(correctness_reward)
-        # Reference parity: under dynamic sampling only the rows DAPO's filter and batch trim keep are memorised.
-        survivors = (
-            self.dynamic_sampling_survivors(rewards_per_func)
-            if args.meds_memory_scope == "filtered"
-            else None
-        )
-        num_not_memorised = 0
-        if survivors is not None:
-            num_not_memorised = int((scored & ~survivors).sum())
-            scored = scored & survivors
+        graded = ~torch.isnan(correctness_reward)
+        featured = has_feature & graded
         is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
+        # Groups whose correctness has no variance (all wrong or all right): the reference never trains on them
+        # (DAPO's filter on accuracy), so by default the penalty gives them no advantage.
+        uniform = torch.from_numpy(uniform_correctness_rows(is_correct, self.num_generations, graded.numpy()))
+        # Reference parity: only the rows the reference trains on are memorised. Under dynamic sampling those are the
+        # rows DAPO's filter and batch trim keep; without it, the rows of groups whose correctness varies.
+        survivors = None
+        if args.meds_memory_scope == "filtered":
+            survivors = self.dynamic_sampling_survivors(rewards_per_func)
+            if survivors is None and not args.meds_shape_uniform_groups:
+                survivors = ~uniform
+        scored = featured if survivors is None else featured & survivors
+        num_not_memorised = int((featured & ~scored).sum())
+        shaped_rows = scored if args.meds_shape_uniform_groups else scored & ~uniform
 
         rows = np.flatnonzero(scored.numpy())
         cluster_sizes = np.full(len(keys), -1, dtype=np.int64)
@@ -497,6 +577,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                     args.meds_alpha,
                     args.meds_beta,
                     args.meds_penalty_target,
+                    has_feature=shaped_rows.numpy()[rows],  # memorised, but not shaped: no penalty
                 ),
                 dtype=np.float64,
             )
@@ -509,6 +590,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
         )
         self._metrics["train"]["meds/num_not_memorised"].append(float(num_not_memorised))
+        self._metrics["train"]["meds/frac_groups_uniform"].append(
+            float(uniform.view(-1, self.num_generations)[:, 0].float().mean()) if len(uniform) else 0.0
+        )
         process_slice = slice(
             self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
         )
