@@ -231,7 +231,9 @@ class CurveCallback(TrainerCallback):
 # --------------------------------------------------------------------------------------------
 
 
-def method_config(method: str, regime: Regime, seed: int, output_dir: str, extra: dict | None = None):
+def method_config(
+    method: str, regime: Regime, seed: int, output_dir: str, extra: dict | None = None, stage: int = 2
+):
     """Same budget for every method; DAPO without dynamic sampling (every method draws the same rollouts) unless
     ``extra`` (a stage-3 arm's fields) says otherwise."""
     shared = study_common.shared_training_kwargs(
@@ -240,7 +242,9 @@ def method_config(method: str, regime: Regime, seed: int, output_dir: str, extra
         max_completion_length=regime.max_completion_length, warmup_steps=min(2, regime.steps),
         lr_scheduler_type=regime.lr_scheduler_type,
     )  # fmt: skip
-    return study_common.method_config(method, shared, extra=extra)
+    # Stages 1-2 (no arm) ran before issue 28 changed MEDS's default on zero-variance groups; stage 3 runs the default.
+    legacy = study_common.MEDS_BEFORE_ISSUE_28 if stage < 3 else None
+    return study_common.method_config(method, shared, meds_extra=legacy, extra=extra)
 
 
 def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Path, arm: Arm | None = None) -> dict:
@@ -268,7 +272,7 @@ def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Pat
         reward_funcs=study_common.reward_functions(
             method, regime.max_completion_length, overlong=arm.overlong if arm is not None else None
         ),
-        args=method_config(method, regime, seed, str(work_dir / run_name), extra=extra),
+        args=method_config(method, regime, seed, str(work_dir / run_name), extra=extra, stage=2 if arm is None else 3),
         train_dataset=datasets.Dataset.from_dict(toy_rows(pool)),
         processing_class=tokenizer,
         callbacks=[callback],

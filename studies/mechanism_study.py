@@ -151,7 +151,8 @@ def method_config(method: str, settings: StudySettings, seed: int, output_dir: s
         max_completion_length=settings.max_completion_length,
         warmup_steps=min(2, settings.steps),
     )
-    return study_common.method_config(method, shared)
+    # docs/mechanism_study.md was measured when MEDS shaped zero-variance groups (before issue 28): keep that.
+    return study_common.method_config(method, shared, meds_extra=study_common.MEDS_BEFORE_ISSUE_28)
 
 
 def reward_functions(method: str, settings: StudySettings):
