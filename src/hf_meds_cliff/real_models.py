@@ -206,6 +206,8 @@ def _convert(staging: Path) -> None:
         "total_s": round(time.perf_counter() - start, 1),
     }  # fmt: skip
     (staging / METRICS_FILE).write_text(json.dumps(facts, indent=2) + "\n")
+    for path in staging.iterdir():  # safetensors writes its file private; the cache is shared like any model folder
+        path.chmod(0o644)
     logger.info("SmolLM2-135M-Instruct converted in %.0f s", facts["total_s"])
 
 
