@@ -143,7 +143,8 @@ def test_eval_pass_at_k_on_smollm2(smollm2_path, world, tmp_path):
     assert status == 0
     summary = json.loads((output_dir / "summary.json").read_text())
     (result,) = summary["benchmarks"].values()
-    assert result["num_problems"] == 4 and 0.0 <= result["pass@1"] <= result["pass@4"] <= 1.0
+    assert result["num_problems"] == 4 and result["num_samples"] == 4
+    assert 0.0 <= result["pass@k"]["1"] <= result["pass@k"]["4"] <= 1.0
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,8 @@ def test_cliff_with_served_smollm2_as_teacher(served_smollm2, world, tmp_path):
         "cliff", world, tmp_path / "cliff-served",
         "--cliff_teacher", "http", "--cliff_teacher_base_url", served_smollm2.base_url,
         "--cliff_teacher_model", served_smollm2.folder, "--cliff_teacher_max_tokens", "64",
-        "--cliff_teacher_timeout", "300", "--cliff_teacher_max_retries", "0", steps=1,
+        "--cliff_teacher_concurrency", "1", "--cliff_teacher_timeout", "300", "--cliff_teacher_max_retries", "0",
+        steps=1,
     )  # fmt: skip
     trainer.close_teacher()
     (record,) = logs
@@ -171,10 +173,11 @@ def test_cliff_with_served_smollm2_as_teacher(served_smollm2, world, tmp_path):
 
 def test_judge_eval_with_served_smollm2_on_toy_labelled_items(served_smollm2, tmp_path):
     """Labelled toy items (the exact checker's labels: a right solution -1, a solution with one wrong step its index),
-    judged by the served model; F1 and parse failures are reported as they are."""
+    judged by the served model one request at a time (queued concurrent requests time out on a loaded 2-core
+    machine); F1 and parse failures are reported as they are."""
     from hf_meds_cliff.real_world import real_world_rows
 
-    rows = real_world_rows("test", 3, "chain2")
+    rows = real_world_rows("test", 2, "chain2")
     data = tmp_path / "toy_labelled.jsonl"
     with open(data, "w") as handle:
         for index, row in enumerate(rows):
@@ -192,13 +195,14 @@ def test_judge_eval_with_served_smollm2_on_toy_labelled_items(served_smollm2, tm
         [sys.executable, "-m", "hf_meds_cliff.cli", "judge-eval", "--data", str(data),
          "--cliff_teacher", "http", "--cliff_teacher_base_url", served_smollm2.base_url,
          "--cliff_teacher_model", served_smollm2.folder, "--cliff_teacher_max_tokens", "64",
-         "--cliff_teacher_timeout", "300", "--cliff_teacher_max_retries", "0", "--output_json", str(output_json)],
+         "--cliff_teacher_concurrency", "1", "--cliff_teacher_timeout", "300", "--cliff_teacher_max_retries", "0",
+         "--output_json", str(output_json)],
         capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(output_json.read_text())
     counts = summary["counts"]
-    assert sum(counts["statuses"].values()) == 6
+    assert sum(counts["statuses"].values()) == 4
     assert 0.0 <= summary["f1"] <= 1.0 and summary["parse_failures"] == counts["parse_failures"]
-    print(f"SmolLM2 as judge on 6 toy items: F1 {summary['f1']:.3f}, parse failures {summary['parse_failures']}/6, "
+    print(f"SmolLM2 as judge on 4 toy items: F1 {summary['f1']:.3f}, parse failures {summary['parse_failures']}/4, "
           f"statuses {counts['statuses']}")  # fmt: skip

@@ -91,10 +91,11 @@ class RLScriptArguments(ScriptArguments):
         default="qwen_math",
         metadata={
             "help": "How a problem becomes a chat prompt: `qwen_math` (instruction as system message), "
-            "`qwen_math_user` (instruction appended to the user message), `plain`, or `keep` (use the "
+            "`qwen_math_user` (instruction appended to the user message), `plain`, `one_shot_boxed` (one worked "
+            "example turn ending \\boxed{5} first: for small instruct models such as smollm2-135m) or `keep` (use the "
             "dataset's `prompt` column as it is); for code datasets `code` (the problem, its starter code and what "
             "to write in one user message; used when a math template is given) or `code_system`.",
-            "choices": ["qwen_math", "qwen_math_user", "plain", "keep", "code", "code_system"],
+            "choices": ["qwen_math", "qwen_math_user", "plain", "one_shot_boxed", "keep", "code", "code_system"],
         },
     )
     reward_funcs: list[str] = field(
