@@ -73,9 +73,10 @@ SMOLLM2_CACHE_FOLDER = "smollm2-135m-instruct"
 """Folder under the cache root (``$HF_MEDS_CLIFF_CACHE`` or ``~/.cache/hf_meds_cliff``)."""
 
 SMOLLM2_DTYPE = "float32"
-"""Saved weight dtype. Measured on 2 cores (``benchmarks/bench_smollm2_dtype.py``): bf16 generates no faster than
-float32 on this CPU, and training with bf16 weights and ``bf16=False`` would update bf16 parameters with AdamW
-(most small updates round away), so float32 it is; the folder is 517 MB instead of 269 MB."""
+"""Saved weight dtype. Training runs with ``bf16=False`` on CPU, where bf16 weights would be updated in bf16 by AdamW
+(most small updates round away), so the checkpoint is float32 (538 MB instead of about 270 MB). The speed comparison
+``benchmarks/bench_smollm2_dtype.py`` was not completed on the loaded machine of issue 30; this choice does not rest
+on it."""
 
 CONVERSION_VERSION = 1
 """Part of the cache key: bump when the conversion changes what is written."""
