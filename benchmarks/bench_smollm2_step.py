@@ -39,7 +39,7 @@ def run(method: str, model_path: str, dataset, cli, output_root: str) -> dict:
     from hf_meds_cliff.rewards import MathAnswerReward
 
     spg = 2 if method in ("grpo-spg2", "meds-captured") else None
-    values = dict(
+    values = dict(  # noqa: C408 (keyword form reads as the config's fields)
         output_dir=os.path.join(output_root, method), use_cpu=True, bf16=False, seed=0, max_steps=cli.steps,
         learning_rate=0.0, beta=0.0, temperature=0.7, per_device_train_batch_size=8, num_generations=4,
         max_completion_length=cli.completion_length, generation_kwargs={"min_new_tokens": cli.completion_length},
@@ -90,7 +90,7 @@ def main() -> None:
     rows = real_world_rows("train", 64)
     dataset = Dataset.from_list(
         [{"prompt": build_prompt(r["problem"], "one_shot_boxed"), "answer": r["answer"],
-          "problem_id": r["problem_id"]} for r in rows]  # fmt: skip
+          "problem_id": r["problem_id"]} for r in rows]
     )
     results = {}
     with tempfile.TemporaryDirectory() as output_root:

@@ -53,7 +53,7 @@ def check_auto_rule_on_corpus(tokenizer, texts) -> dict[str, int]:
             assert location == locate_answer_token(ids, tokenizer, rule="decoded"), text
             assert location.rule == "decoded", text
             # The fallback's target completes the last box's opening and carries answer text.
-            decode = lambda part: tokenizer.decode(part, skip_special_tokens=True)  # noqa: E731
+            decode = lambda part: tokenizer.decode(part, skip_special_tokens=True)
             total = decode(ids).count(ANSWER_MARKER)
             through_target = decode(ids[: location.target_index + 1])
             assert through_target.count(ANSWER_MARKER) == total, text

@@ -93,8 +93,8 @@ def test_meds_on_smollm2(meds_run):
     assert all(r["meds/answer_token_rule_reference"] == 0.0 for r in logs)  # the reference rule finds nothing here
     assert len(trainer._meds_layer_indices) == 15  # the last half of 30 Llama layers
     assert logs[-1]["meds/memory_rows"] >= 1 and "meds/clusters_per_key" in logs[-1]
-    memory = trainer.meds_memory
-    assert memory.keys() and all(key.startswith("toy-") for key, _ in memory.keys())
+    memory_keys = trainer.meds_memory.keys()  # (prompt id, correct?) pairs
+    assert memory_keys and all(prompt_id.startswith("toy-") for prompt_id, _ in memory_keys)
 
 
 def test_report_of_the_smollm2_meds_run(meds_run):
