@@ -111,6 +111,7 @@ def test_positions_equal_the_reference_rule_on_qwen_tokenizations(qwen_tokenizer
         location = locate_answer_token(ids, qwen_tokenizer)
         assert expected is not None, text  # every generated completion has a non-empty box
         assert location == AnswerLocation(expected, expected + 1, ids[expected + 1]), text
+        assert location.rule == "reference", text  # "auto" (the default) never needs the fallback on Qwen
         brace_token = qwen_tokenizer.convert_ids_to_tokens(ids[expected])
         merged += brace_token != "{"
         fallback += tuple(ids[expected - 2 : expected + 1]) != tuple(

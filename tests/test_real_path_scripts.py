@@ -146,7 +146,7 @@ def test_train_meds_on_math_finds_features_and_penalises(qwen_world_path, data_f
         "--answer_from_solution", "true",
     ]  # fmt: skip
     script_args, training_args, model_args = parse_script_args(MEDSConfig, "meds", argv=argv)
-    assert training_args.meds_answer_token == "reference"
+    assert training_args.meds_answer_token == "auto"  # the reference rule, with the decoded fallback
     trainer = script.main(script_args, training_args, model_args)
     assert trainer.train_dataset[0]["answer"] == _problems("arithmetic", 1, "math")[0].answer
     logs = [r for r in _logged(tmp_path) if "meds/frac_with_feature" in r]

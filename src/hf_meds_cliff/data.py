@@ -55,7 +55,7 @@ def prompt_keys(prompts: Sequence[Any], ids: Sequence[Any] | None = None) -> lis
     return [prompt_key(p) for p in prompts]
 
 
-PROMPT_TEMPLATES = ("qwen_math", "qwen_math_user", "plain", "keep")
+PROMPT_TEMPLATES = ("qwen_math", "qwen_math_user", "plain", "one_shot_boxed", "keep")
 """How a problem becomes a chat prompt:
 
 - ``qwen_math``: the Qwen-Math template of both papers, the instruction as the system message and the
@@ -63,8 +63,20 @@ PROMPT_TEMPLATES = ("qwen_math", "qwen_math_user", "plain", "keep")
 - ``qwen_math_user``: the problem followed by the instruction in one user message (for chat templates
   that have no system role).
 - ``plain``: the problem alone as the user message.
+- ``one_shot_boxed``: one worked example turn (a user message, then an assistant message ending ``\\boxed{5}``)
+  before the problem, each user message followed by "Put the final answer in \\boxed{}.": for small instruct
+  models that write no box when only asked to (SmolLM2-135M-Instruct: 0 of 16 boxed zero-shot, 6 of 8 one-shot).
 - ``keep``: the dataset already has a ``prompt`` column (string or chat list); use it unchanged.
 """
+
+
+BOX_INSTRUCTION = "Put the final answer in \\boxed{}."
+"""The instruction of the ``one_shot_boxed`` template, after each user message."""
+
+ONE_SHOT_QUESTION = "Compute 3 + 2."
+ONE_SHOT_SOLUTION = "3 + 2 = 5. The answer is \\boxed{5}."
+"""The ``one_shot_boxed`` example: the toy world's solution format (one operation per sentence), so the rule-based
+Cliff teacher can read what a model imitating it writes."""
 
 
 def build_prompt(problem: str, template: str = "qwen_math") -> list[dict[str, str]]:
@@ -81,6 +93,12 @@ def build_prompt(problem: str, template: str = "qwen_math") -> list[dict[str, st
         return [{"role": "user", "content": f"{problem}\n{QWEN_MATH_INSTRUCTION}"}]
     if template == "plain":
         return [{"role": "user", "content": problem}]
+    if template == "one_shot_boxed":
+        return [
+            {"role": "user", "content": f"{ONE_SHOT_QUESTION} {BOX_INSTRUCTION}"},
+            {"role": "assistant", "content": ONE_SHOT_SOLUTION},
+            {"role": "user", "content": f"{problem} {BOX_INSTRUCTION}"},
+        ]
     raise ValueError(f"Unknown prompt_template={template!r}; choose one of {PROMPT_TEMPLATES}.")
 
 

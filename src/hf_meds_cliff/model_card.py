@@ -130,6 +130,30 @@ def render_method_section(
     )
 
 
+def base_model_provenance(model_path: str | os.PathLike | None) -> str:
+    """A card section saying where the base model came from and its licence, for a folder written by
+    :mod:`hf_meds_cliff.real_models` (its ``warmup_metrics.json`` records them); empty for any other model.
+
+    >>> base_model_provenance(None)
+    ''
+    """
+    if not model_path:
+        return ""
+    try:
+        facts = json.loads((Path(model_path) / "warmup_metrics.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    source = facts.get("source") if isinstance(facts, dict) else None
+    if not isinstance(source, dict) or "license" not in facts or "pypi" not in source:
+        return ""
+    return (
+        f"## Base model\n\n{facts.get('model', 'unknown')}, licence **{facts['license']}**, converted by "
+        f"`hf_meds_cliff.real_models` from `{source.get('gguf')}` ({source.get('quantisation')}) in the PyPI package "
+        f"`{source['pypi']}` (wheel SHA-256 `{source.get('wheel_sha256')}`), saved as {facts.get('dtype')} "
+        "safetensors.\n"
+    )
+
+
 def render_passk_table(passk_summary: Mapping[str, Any] | None) -> str:
     """Markdown table of pass@k (in %) per benchmark, or a sentence saying there is no evaluation."""
     if not passk_summary or not passk_summary.get("benchmarks"):
@@ -243,6 +267,9 @@ class MethodModelCardMixin:
         extra = self._method_card_sections()
         if extra:
             card.text += "\n" + extra
+        base = base_model_provenance(getattr(getattr(self.model, "config", None), "_name_or_path", None))
+        if base:
+            card.text += "\n" + base
         if summary is not None:
             apply_passk_metadata(card, summary, name, TASK_NAMES.get(domain or "math", TASK_NAMES["math"]))
         card.save(path)

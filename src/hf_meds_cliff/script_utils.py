@@ -91,10 +91,11 @@ class RLScriptArguments(ScriptArguments):
         default="qwen_math",
         metadata={
             "help": "How a problem becomes a chat prompt: `qwen_math` (instruction as system message), "
-            "`qwen_math_user` (instruction appended to the user message), `plain`, or `keep` (use the "
+            "`qwen_math_user` (instruction appended to the user message), `plain`, `one_shot_boxed` (one worked "
+            "example turn ending \\boxed{5} first: for small instruct models such as smollm2-135m) or `keep` (use the "
             "dataset's `prompt` column as it is); for code datasets `code` (the problem, its starter code and what "
             "to write in one user message; used when a math template is given) or `code_system`.",
-            "choices": ["qwen_math", "qwen_math_user", "plain", "keep", "code", "code_system"],
+            "choices": ["qwen_math", "qwen_math_user", "plain", "one_shot_boxed", "keep", "code", "code_system"],
         },
     )
     reward_funcs: list[str] = field(
@@ -305,7 +306,9 @@ def is_toy(value: str | None) -> bool:
 
 def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) -> str:
     """Path or Hub id of the policy: the warmed-up toy policy for ``toy``/None (``$HF_MEDS_CLIFF_TOY_POLICY`` or the
-    cached warm-up, see :func:`hf_meds_cliff.toy.toy_policy`; the code world's with ``--domain code``), else as given.
+    cached warm-up, see :func:`hf_meds_cliff.toy.toy_policy`; the code world's with ``--domain code``), the cached
+    conversion of a real model for one of :data:`hf_meds_cliff.real_models.REAL_MODEL_NAMES` (``smollm2-135m``:
+    :func:`hf_meds_cliff.real_models.smollm2_135m`, downloaded and converted on first use), else as given.
 
     A value that looks like a local path (starts with ``.``, ``/`` or ``~``) must exist.
     """
@@ -318,11 +321,15 @@ def resolve_model_path(script_args: RLScriptArguments, model_args: ModelConfig) 
         from .toy import toy_policy
 
         return str(toy_policy(seed=script_args.toy_seed))
+    from .real_models import is_real_model_name, real_model_path
+
+    if is_real_model_name(name):
+        return str(real_model_path(name))
     expanded = os.path.expanduser(name)
     if name.startswith((".", "/", "~")) and not os.path.exists(expanded):
         raise ValueError(
             f"--model_name_or_path {name!r} looks like a local path but does not exist; pass an existing "
-            "directory written by `save_pretrained`, a Hub id such as `Qwen/Qwen3-1.7B`, or `toy`."
+            "directory written by `save_pretrained`, a Hub id such as `Qwen/Qwen3-1.7B`, `toy` or `smollm2-135m`."
         )
     return expanded if os.path.exists(expanded) else name
 

@@ -436,12 +436,17 @@ class EvalArguments:
 
 
 def resolve_model_path(args: EvalArguments) -> str:
-    """The model to load: the warmed-up toy policy for ``toy`` (:func:`hf_meds_cliff.toy.toy_policy`), else
+    """The model to load: the warmed-up toy policy for ``toy`` (:func:`hf_meds_cliff.toy.toy_policy`), the cached
+    conversion for a real model's name (``smollm2-135m``: :func:`hf_meds_cliff.real_models.smollm2_135m`), else
     ``model_name_or_path``."""
     if args.model_name_or_path == TOY_MODEL:
         from ..toy import toy_policy
 
         return str(toy_policy(seed=args.toy_seed))
+    from ..real_models import is_real_model_name, real_model_path
+
+    if is_real_model_name(args.model_name_or_path):
+        return str(real_model_path(args.model_name_or_path))
     return args.model_name_or_path
 
 

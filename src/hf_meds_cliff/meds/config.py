@@ -36,10 +36,13 @@ class MEDSConfig(DAPOConfig):
         meds_num_layers (`int` or `None`, defaults to `None`):
             Number of last decoder layers in the feature; `None` = the last half (paper: 14 of 28). The reference
             code uses 14 for every model (`use_last_n_layers=14`), and so do the recipes in `recipes/`.
-        meds_answer_token (`str`, defaults to `"reference"`): How the answer token is found: `"reference"` (the
+        meds_answer_token (`str`, defaults to `"auto"`): How the answer token is found: `"reference"` (the
             reference implementation's token rule: query = the token holding the `{` of the last `\\boxed{`,
-            target = the next token) or `"decoded"` (on the decoded text; the target is the token carrying the first
-            answer characters, even when BPE merged them with the `{`). See `locate_answer_token`.
+            target = the next token), `"decoded"` (on the decoded text; the target is the token carrying the first
+            answer characters, even when BPE merged them with the `{`) or `"auto"` (the reference rule, and the
+            decoded rule where it finds nothing: equal to `"reference"` on Qwen's tokenizer, and it works on
+            tokenizers such as SmolLM2's that split `\\boxed{` as `Ġ\\`, `box`, `ed`, `{`, where the reference rule
+            finds no answer token at all). See `locate_answer_token`; `meds/answer_token_rule_*` count which fired.
         meds_shape_uniform_groups (`bool`, defaults to `False`): Shape groups whose correctness has no variance (all
             rollouts wrong, or all right). Off = the reference, which drops such groups with DAPO's filter on
             accuracy (`run_meds.sh`: `enable_filter_groups=True`, `filter_groups_metric=acc`): they get no
@@ -108,13 +111,15 @@ class MEDSConfig(DAPOConfig):
         },
     )
     meds_answer_token: str = field(
-        default="reference",
+        default="auto",
         metadata={
             "help": "How the answer token is found: 'reference' (the reference code's rule: the token holding the "
             "'{' of the last \\boxed{ is the query position and the next token the target; with Qwen's merges "
-            "'{\\' + 'frac' the target is 'frac') or 'decoded' (on the decoded text: the target is the token that "
-            "carries the first answer characters, e.g. '{\\', and the query the token before it). Both give no "
-            "feature for an empty box or a '{' followed only by EOS/padding.",
+            "'{\\' + 'frac' the target is 'frac'), 'decoded' (on the decoded text: the target is the token that "
+            "carries the first answer characters, e.g. '{\\', and the query the token before it) or 'auto' (the "
+            "reference rule, falling back to the decoded rule where it finds no answer token: the same as "
+            "'reference' on Qwen's tokenizer; needed on tokenizers such as SmolLM2's, which split ' \\boxed{' into "
+            "'Ġ\\', 'box', 'ed', '{'). All give no feature for an empty box or a '{' followed only by EOS/padding.",
             "choices": list(ANSWER_TOKEN_RULES),
         },
     )
@@ -272,7 +277,8 @@ class MEDSConfig(DAPOConfig):
         if self.meds_answer_token not in ANSWER_TOKEN_RULES:
             raise ValueError(
                 f"meds_answer_token={self.meds_answer_token!r} is not one of {list(ANSWER_TOKEN_RULES)}; use "
-                "'reference' (the reference implementation's rule)."
+                "'auto' (the reference implementation's rule, with the decoded-text rule where it finds nothing) or "
+                "'reference' (strictly the reference rule)."
             )
         if self.meds_memory_scope not in MEMORY_SCOPES:
             raise ValueError(

@@ -7,8 +7,9 @@ is layer ``n``'s output at the position whose next-token prediction is ``y*``. T
 
 Three pieces, each usable on its own:
 
-* :func:`locate_answer_token` finds ``y*`` in the completion tokens: by default exactly as the reference
-  implementation does (``rule="reference"``), or on the decoded text (``rule="decoded"``); see its docstring;
+* :func:`locate_answer_token` finds ``y*`` in the completion tokens: by default as the reference implementation
+  does, falling back to the decoded text where that rule finds nothing (``rule="auto"``; reference-exact on Qwen),
+  or strictly one of the two (``rule="reference"``, ``rule="decoded"``); see its docstring;
 * :func:`resolve_decoder` finds the decoder layers, final norm and LM head of a plain, PEFT- or
   DDP-wrapped Qwen2/Qwen3/Llama-style model;
 * :class:`AnswerLogitCapture` hooks the kept layers during *any* forward pass (ours, or one TRL runs
@@ -25,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -53,8 +54,9 @@ __all__ = [
 ANSWER_MARKER = "\\boxed{"
 """Text that opens the final answer; the *last* occurrence in a completion is the one used."""
 
-ANSWER_TOKEN_RULES = ("reference", "decoded")
-"""How :func:`locate_answer_token` finds the answer token (``MEDSConfig.meds_answer_token``)."""
+ANSWER_TOKEN_RULES = ("auto", "reference", "decoded")
+"""How :func:`locate_answer_token` finds the answer token (``MEDSConfig.meds_answer_token``): ``"auto"`` (default)
+is the reference rule, falling back to the decoded-text rule where the reference finds none."""
 
 REFERENCE_BRACE_WINDOW = 10
 """Reference fallback: the ``{`` token must lie within this many tokens from the ``boxed`` token (inclusive)."""
@@ -71,6 +73,8 @@ class AnswerLocation:
     query_index: int
     target_index: int
     target_id: int
+    rule: str = field(default="reference", compare=False)
+    """Which rule found it: ``"reference"`` or ``"decoded"`` (provenance only; not part of equality)."""
 
 
 def _decode(tokenizer, ids: Sequence[int]) -> str:
@@ -148,22 +152,28 @@ def _has_answer_after_brace(ids: list[int], brace_index: int, tokenizer) -> bool
 
 
 def locate_answer_token(
-    completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER, rule: str = "reference"
+    completion_ids: Sequence[int], tokenizer, marker: str = ANSWER_MARKER, rule: str = "auto"
 ) -> AnswerLocation | None:
     """Locate the answer token ``y*`` of a completion and the position whose hidden state predicts it.
 
-    ``rule="reference"`` (default) reproduces the reference implementation: the token ``b`` holding the
+    ``rule="reference"`` reproduces the reference implementation: the token ``b`` holding the
     ``{`` is found by :func:`reference_brace_index` (exact token-sequence match of ``\\boxed{`` from the end,
     else the ``"boxed"``/``"{"`` token-string fallback); the query position is ``b`` and the target ``b + 1``.
     When Qwen merges the brace with the answer's first characters (``{\\`` + ``frac``), the target is the
     token after the merged one (``frac``), as in the reference.
 
-    ``rule="decoded"`` (this project's earlier behaviour) finds ``b`` as the token that completes the last
-    ``\\boxed{`` of the *decoded* text; when ``b`` also carries the first answer characters (``{1``) the target
-    is ``b`` itself and the query ``b - 1`` (``-1``: the last prompt token), so the target starts the answer.
-    Cost ``O(w log w)`` decodes in the distance ``w`` of the box from the end.
+    ``rule="decoded"`` finds ``b`` as the token that completes the last ``\\boxed{`` of the *decoded* text;
+    when ``b`` also carries the first answer characters (``{1``) the target is ``b`` itself and the query
+    ``b - 1`` (``-1``: the last prompt token), so the target starts the answer. Cost ``O(w log w)`` decodes
+    in the distance ``w`` of the box from the end.
 
-    Both rules return ``None`` (no feature) when there is no box, when the box is empty (``\\boxed{}``,
+    ``rule="auto"`` (default) is the reference rule, and where it finds no answer token the decoded rule. On
+    Qwen's tokenizer the reference rule finds every non-empty box, so ``"auto"`` is reference-exact there; on
+    tokenizers that split ``\\boxed{`` differently it is not: SmolLM2's (GPT-2-style BPE) writes `` \\boxed{`` as
+    ``Ġ\\``, ``box``, ``ed``, ``{``, so neither the exact ``encode("\\boxed{")`` sequence nor a token containing
+    ``"boxed"`` occurs and the reference rule finds nothing. ``AnswerLocation.rule`` says which rule fired.
+
+    All rules return ``None`` (no feature) when there is no box, when the box is empty (``\\boxed{}``,
     ``\\boxed{ }``), or when only EOS/padding (or nothing) follows the ``{`` (the target would be a special
     token). The reference still computes a feature in the last two cases, with ``}`` or the padding token as
     the target (and, for a ``{`` in the last position of the padded batch, none).
@@ -172,24 +182,34 @@ def locate_answer_token(
         completion_ids: the completion's token ids (no padding needed; EOS may be included), shape ``(T,)``.
         tokenizer: a Hugging Face tokenizer.
         marker: the answer-opening text, ``\\boxed{`` by default; its last character must be ``{``.
-        rule: ``"reference"`` or ``"decoded"`` (see above).
+        rule: ``"auto"``, ``"reference"`` or ``"decoded"`` (see above).
     """
     if rule not in ANSWER_TOKEN_RULES:
         raise ValueError(f"rule={rule!r} is not one of {list(ANSWER_TOKEN_RULES)} (meds_answer_token).")
     ids = [int(i) for i in completion_ids]
-    n = len(ids)
-    if n == 0:
+    if not ids:
         return None
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    if rule == "reference":
-        brace_index = reference_brace_index(ids, tokenizer, marker)
-        if brace_index is None or brace_index + 1 >= n or ids[brace_index + 1] in special:
-            return None
-        if not _has_answer_after_brace(ids, brace_index, tokenizer):
-            return None
-        return AnswerLocation(
-            query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1]
-        )
+    if rule in ("reference", "auto"):
+        location = _reference_location(ids, tokenizer, marker)
+        if location is not None or rule == "reference":
+            return location
+    return _decoded_location(ids, tokenizer, marker)
+
+
+def _special_ids(tokenizer) -> set[int]:
+    return set(getattr(tokenizer, "all_special_ids", []) or [])
+
+
+def _reference_location(ids: list[int], tokenizer, marker: str) -> AnswerLocation | None:
+    brace_index = reference_brace_index(ids, tokenizer, marker)
+    if brace_index is None or brace_index + 1 >= len(ids) or ids[brace_index + 1] in _special_ids(tokenizer):
+        return None
+    if not _has_answer_after_brace(ids, brace_index, tokenizer):
+        return None
+    return AnswerLocation(brace_index, brace_index + 1, ids[brace_index + 1], rule="reference")
+
+
+def _decoded_location(ids: list[int], tokenizer, marker: str) -> AnswerLocation | None:
     found = _decoded_brace_index(ids, tokenizer, marker)
     if found is None:
         return None
@@ -197,21 +217,17 @@ def locate_answer_token(
     if not _has_answer_after_brace(ids, brace_index, tokenizer):
         return None
     if answer_starts_inside:
-        return AnswerLocation(
-            query_index=brace_index - 1, target_index=brace_index, target_id=ids[brace_index]
-        )
-    if brace_index + 1 >= n or ids[brace_index + 1] in special:
+        return AnswerLocation(brace_index - 1, brace_index, ids[brace_index], rule="decoded")
+    if brace_index + 1 >= len(ids) or ids[brace_index + 1] in _special_ids(tokenizer):
         return None
-    return AnswerLocation(
-        query_index=brace_index, target_index=brace_index + 1, target_id=ids[brace_index + 1]
-    )
+    return AnswerLocation(brace_index, brace_index + 1, ids[brace_index + 1], rule="decoded")
 
 
 def locate_answer_tokens(
     completion_ids_list: Sequence[Sequence[int]],
     tokenizer,
     marker: str = ANSWER_MARKER,
-    rule: str = "reference",
+    rule: str = "auto",
 ) -> list[AnswerLocation | None]:
     """:func:`locate_answer_token` for each completion of a batch."""
     return [locate_answer_token(ids, tokenizer, marker, rule) for ids in completion_ids_list]

@@ -42,6 +42,9 @@ from .shaping import shape_rewards, top1_eigen_ratio, uniform_correctness_rows
 
 logger = logging.getLogger(__name__)
 
+RULE_CODES = {"no_box": 0, "reference": 1, "decoded": 2, "boxed_without_feature": 3}
+"""Per-row codes of :meth:`MEDSGRPOTrainer._meds_rule_codes` (gathered over processes as one integer tensor)."""
+
 MEMORY_DIRNAME = "meds_memory"
 """Folder of the error memory inside a checkpoint (written by ``ErrorMemory.save``)."""
 
@@ -284,6 +287,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         """Penalty column of the last training step (all processes; NaN where the correctness reward was None)."""
         self._meds_last_feature_source: str | None = None  # "captured" (TRL's forward) or "forward" (ours)
         self._meds_correctness_checked = False  # the first training batch checks the reward is 0/1
+        self._meds_local_rule_codes = torch.zeros(0, dtype=torch.long)  # this process's rows, see _meds_rule_codes
+        self._meds_warned_boxed_without_feature = False
 
     # ------------------------------------------------------------------------------------------
     # Features
@@ -364,6 +369,46 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             ]
         return locations
 
+    def _meds_rule_codes(self, locations, completion_ids_list) -> torch.Tensor:
+        """Per row (B,): which answer-token rule located it (:data:`RULE_CODES`), or whether a row without a
+        feature has a non-empty box in its decoded text (found by the decoded rule) or none."""
+        codes = []
+        for location, ids in zip(locations, completion_ids_list, strict=True):
+            if location is not None:
+                codes.append(RULE_CODES[location.rule])
+            elif len(ids) and locate_answer_tokens([ids], self.processing_class, rule="decoded")[0] is not None:
+                codes.append(RULE_CODES["boxed_without_feature"])
+            else:
+                codes.append(RULE_CODES["no_box"])
+        return torch.tensor(codes, dtype=torch.long)
+
+    def _meds_log_rules(self, rule_codes: torch.Tensor) -> None:
+        """``meds/answer_token_rule_*`` (fractions of the batch located by each rule), ``meds/frac_boxed_without_feature``
+        (of the completions with a non-empty box, the fraction that got no feature), and one warning per run when
+        that fraction is above one half: MEDS then shapes almost nothing (e.g. ``meds_answer_token="reference"`` on a
+        tokenizer that splits ``\\boxed{`` unlike Qwen's, or truncated boxed completions under
+        ``mask_truncated_completions``)."""
+        metrics = self._metrics["train"]
+        num = len(rule_codes)
+        decoded_name = "decoded_fallback" if self.args.meds_answer_token == "auto" else "decoded"
+        located_reference = int((rule_codes == RULE_CODES["reference"]).sum())
+        located_decoded = int((rule_codes == RULE_CODES["decoded"]).sum())
+        boxed_without = int((rule_codes == RULE_CODES["boxed_without_feature"]).sum())
+        boxed = located_reference + located_decoded + boxed_without
+        metrics["meds/answer_token_rule_reference"].append(located_reference / num if num else 0.0)
+        metrics[f"meds/answer_token_rule_{decoded_name}"].append(located_decoded / num if num else 0.0)
+        metrics["meds/frac_boxed_without_feature"].append(boxed_without / boxed if boxed else 0.0)
+        if boxed and boxed_without / boxed > 0.5 and not self._meds_warned_boxed_without_feature:
+            self._meds_warned_boxed_without_feature = True
+            if self.accelerator.is_main_process:
+                logger.warning(
+                    "MEDS found no answer token in %d of the %d completions with a non-empty \\boxed{} this step "
+                    "(meds_answer_token=%r, mask_truncated_completions=%s): MEDS shapes almost nothing. Use "
+                    "meds_answer_token='auto' (the reference rule with the decoded-text fallback) on tokenizers that "
+                    "split \\boxed{ unlike Qwen's. Warned once; see meds/frac_boxed_without_feature.",
+                    boxed_without, boxed, self.args.meds_answer_token, self.args.mask_truncated_completions,
+                )  # fmt: skip
+
     def _meds_num_chunks(self, num_rows: int, batch_size: int) -> int:
         """Forward chunks of the own feature forward, agreed over the ranks (the maximum of theirs).
 
@@ -381,6 +426,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         locations = self._meds_locations
         if locations is None or len(locations) != len(completion_ids_list):
             locations = self._meds_locate(completion_ids_list)
+        self._meds_local_rule_codes = self._meds_rule_codes(locations, completion_ids_list)
         has_feature = torch.tensor([loc is not None for loc in locations], dtype=torch.bool)
         if self._meds_captured_logits is not None:
             logits = self._meds_captured_logits
@@ -506,6 +552,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         # as the gathered rewards, and updates its own memory with it (so all memories stay identical).
         features = gather(features_local.to(device)).float().cpu()
         has_feature = gather(has_local.to(device)).bool().cpu()
+        rule_codes = gather(self._meds_local_rule_codes.to(device)).cpu()
         keys = gather_object(keys_local)
         snippet_texts = self._meds_snippet_texts(completion_ids_list)
         answers = None
@@ -586,6 +633,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
 
         self.meds_last_cluster_sizes = cluster_sizes
         self.meds_last_penalties = penalties.numpy().copy()
+        self._meds_log_rules(rule_codes)
         self._meds_log(
             features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
         )

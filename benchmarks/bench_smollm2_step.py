@@ -1,0 +1,108 @@
+"""Step time of MEDS and Cliff relative to plain GRPO on SmolLM2-135M-Instruct with 256-token completions (CPU).
+
+    PYTHONPATH=src python benchmarks/bench_smollm2_step.py [--steps 3] [--completion_length 256]
+
+Five runs in one process, in this order, each from the same converted checkpoint
+(``hf_meds_cliff.real_models.smollm2_135m``), the same data of the real-model world (``one_shot_boxed`` prompts),
+seed and settings (2 prompts x 4 generations, temperature 0.7, ``min_new_tokens`` = ``max_completion_length`` so every
+completion is ``--completion_length`` tokens long, learning rate 0, so every run generates the same completions):
+
+- ``grpo``: ``GRPOTrainer``;
+- ``meds-forward``: ``MEDSGRPOTrainer``, features from MEDS' own no-grad forward (TRL runs no old-log-prob forward
+  when ``gradient_accumulation_steps`` is a multiple of ``steps_per_generation``: the default);
+- ``grpo-spg2`` and ``meds-captured``: the same with ``steps_per_generation=2``, where TRL runs its old-log-prob
+  forward and MEDS captures the features with hooks during it (the baseline pays that forward too);
+- ``cliff``: ``CliffGRPOTrainer`` with the rule-based teacher (exact, no LLM latency).
+
+Reported: the median of TRL's ``step_time`` over the steps after the first (which pays for lazy initialisation), the
+ratios against the matching GRPO run, and what the step is made of (MEDS' ``time_features_s``/``time_clustering_s``,
+Cliff's judge wall time). CPU load from other jobs shifts all numbers; the runs are sequential, not interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def run(method: str, model_path: str, dataset, cli, output_root: str) -> dict:
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from hf_meds_cliff import CliffConfig, CliffGRPOTrainer, MEDSConfig, MEDSGRPOTrainer
+    from hf_meds_cliff.rewards import MathAnswerReward
+
+    spg = 2 if method in ("grpo-spg2", "meds-captured") else None
+    values = dict(  # noqa: C408 (keyword form reads as the config's fields)
+        output_dir=os.path.join(output_root, method), use_cpu=True, bf16=False, seed=0, max_steps=cli.steps,
+        learning_rate=0.0, beta=0.0, temperature=0.7, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=cli.completion_length, generation_kwargs={"min_new_tokens": cli.completion_length},
+        logging_steps=1, report_to="none", save_strategy="no", dataloader_num_workers=0,
+        gradient_checkpointing=False, steps_per_generation=spg,
+    )  # fmt: skip
+    trainer_class, config_class = {
+        "grpo": (GRPOTrainer, GRPOConfig),
+        "grpo-spg2": (GRPOTrainer, GRPOConfig),
+        "meds-forward": (MEDSGRPOTrainer, MEDSConfig),
+        "meds-captured": (MEDSGRPOTrainer, MEDSConfig),
+        "cliff": (CliffGRPOTrainer, CliffConfig),
+    }[method]
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    trainer = trainer_class(
+        model=model_path, reward_funcs=[MathAnswerReward()], args=config_class(**values),
+        train_dataset=dataset, processing_class=tokenizer,
+    )  # fmt: skip
+    trainer.train()
+    if hasattr(trainer, "close_teacher"):
+        trainer.close_teacher()
+    logs = [r for r in trainer.state.log_history if "step_time" in r]
+    kept = logs[1:]
+    result = {"step_times": [round(r["step_time"], 2) for r in logs], "median_step_s": statistics.median(
+        r["step_time"] for r in kept)}  # fmt: skip
+    for key in ("meds/time_features_s", "meds/time_clustering_s", "meds/frac_with_feature", "cliff/judge_wall_time",
+                "completions/mean_length", "reward"):  # fmt: skip
+        if key in kept[0]:
+            result[key] = statistics.median(r[key] for r in kept)
+    if method.startswith("meds"):
+        result["feature_source"] = trainer._meds_last_feature_source
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--completion_length", type=int, default=256)
+    parser.add_argument("--methods", nargs="+", default=["grpo", "meds-forward", "grpo-spg2", "meds-captured", "cliff"])
+    cli = parser.parse_args()
+    from datasets import Dataset
+
+    from hf_meds_cliff.data import build_prompt
+    from hf_meds_cliff.real_models import smollm2_135m
+    from hf_meds_cliff.real_world import real_world_rows
+
+    model_path = str(smollm2_135m())
+    rows = real_world_rows("train", 64)
+    dataset = Dataset.from_list(
+        [{"prompt": build_prompt(r["problem"], "one_shot_boxed"), "answer": r["answer"],
+          "problem_id": r["problem_id"]} for r in rows]
+    )
+    results = {}
+    with tempfile.TemporaryDirectory() as output_root:
+        for method in cli.methods:
+            results[method] = run(method, model_path, dataset, cli, output_root)
+            print(method, json.dumps(results[method]), flush=True)
+    ratios = {}
+    for method, baseline in (("meds-forward", "grpo"), ("cliff", "grpo"), ("meds-captured", "grpo-spg2")):
+        if method in results and baseline in results:
+            ratios[f"{method}/{baseline}"] = results[method]["median_step_s"] / results[baseline]["median_step_s"]
+    print(json.dumps({"ratios": ratios, "settings": vars(cli)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
