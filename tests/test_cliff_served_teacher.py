@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from helpers import ROOT, free_port, load_module, load_script
+from helpers import ROOT, free_port, load_module, load_script, mix_script_rewards
 from transformers import TrainerCallback
 
 VERDICT = '{"final_answer_correct": false, "first_mistake": 1}'
@@ -228,20 +228,54 @@ def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_t
 
 
 @pytest.mark.slow
-def test_cliff_with_the_served_qwen_world_as_teacher_survives_its_death(served_qwen_world, tmp_path):
-    """The Qwen-world policy (real Qwen tokenizer and chat template) trains on AIME-style midpoint problems, the ones
-    it half-solves, with the same folder served as its teacher (greedy): over HTTP it solves problems (verified
-    solutions become cached references) but cannot write a JSON judgment (parse errors, not cached). The server is
-    stopped after step 2: steps 3-4 bring new prompts, whose solves fail to connect, so their mixed groups fall back
-    as endpoint failures; the caches saved at step 2 are those of step 4 and those a resumed run loads."""
+def test_cliff_with_the_served_qwen_world_as_teacher_survives_its_death(
+    served_qwen_world, tmp_path, monkeypatch
+):
+    """The Qwen-world policy (real Qwen tokenizer and chat template) trains on AIME-style problems with the same folder
+    served as its teacher (greedy): over HTTP it solves problems (verified solutions become cached references) but
+    cannot write a JSON judgment (parse errors, not cached). The server is stopped after step 2: steps 3-4 bring new
+    prompts, whose solves fail to connect, so their mixed groups fall back as endpoint failures; the caches saved at
+    step 2 are those of step 4 and those a resumed run loads.
+
+    By construction, not from where this machine's Qwen-world warm-up stopped: before training, the served teacher is
+    measured with the trainer's own solve request, and the data are laid out in order (no shuffling): step 1 brings 2
+    problems it does not solve (answered, unverified, not cached), step 2 two it solves (verified references, judged),
+    steps 3-4 four more; the resumed step 5 brings step 1's problems again (no cached reference). Every group is made
+    mixed (:class:`helpers.MixedGroupsReward`)."""
+    import asyncio
+
+    from hf_meds_cliff.cliff.teachers.openai_compatible import OpenAICompatibleTeacher
     from hf_meds_cliff.cliff.trainer import CliffGRPOTrainer
-    from hf_meds_cliff.rewards import extract_boxed_answer
+    from hf_meds_cliff.rewards import check_answer, extract_boxed_answer
     from hf_meds_cliff.script_utils import build_trainer
     from hf_meds_cliff.toy.qwen_world import math_world_problems
 
+    mix_script_rewards(monkeypatch)
     script = load_script("train_cliff")
     pool = math_world_problems("test", 400, seed=0, stream="aime")
-    problems = [p for p in pool if p.family == "midpoint"][:8]
+    probe = OpenAICompatibleTeacher(
+        served_qwen_world.base_url, served_qwen_world.folder, max_retries=0, timeout=60.0,
+        solve_temperature=0.0, solve_max_tokens=48,
+    )  # fmt: skip
+
+    async def split_by_teacher():  # 16 problems per round until the teacher has solved 2 and failed 2
+        solved, unsolved, tried = [], [], 0
+        try:
+            while (len(solved) < 2 or len(unsolved) < 2) and tried < 96:
+                for problem in pool[tried : tried + 16]:
+                    answer = await probe.solve(problem.question)
+                    verified = isinstance(answer, str) and check_answer(answer, problem.answer).correct
+                    (solved if verified else unsolved).append(problem)
+                tried += 16
+        finally:
+            await probe.aclose()
+        return solved, unsolved, tried
+
+    solved, unsolved, tried = asyncio.run(split_by_teacher())
+    assert len(solved) >= 2 and len(unsolved) >= 2, (
+        f"the served policy solved {len(solved)} of {tried} problems"
+    )
+    problems = unsolved[:2] + solved[:2] + (solved[2:] + unsolved[2:])[:4]
     data = tmp_path / "aime.jsonl"
     data.write_text("".join(
         json.dumps({"id": f"2026-I-{i + 1}", "problem": p.question, "answer": p.answer}) + "\n"
@@ -257,7 +291,7 @@ def test_cliff_with_the_served_qwen_world_as_teacher_survives_its_death(served_q
             "--learning_rate", "1e-4", "--beta", "0.0", "--temperature", "1.0",
             "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "48",
             "--logging_steps", "1", "--report_to", "none", "--dataloader_num_workers", "0",
-            "--save_strategy", "steps", "--save_steps", "2",
+            "--save_strategy", "steps", "--save_steps", "2", "--shuffle_dataset", "false",
             "--teacher_base_url", served_qwen_world.base_url, "--teacher_model", served_qwen_world.folder,
             "--cliff_teacher_temperature", "0", "--cliff_teacher_max_tokens", "48",
             "--cliff_teacher_timeout", "60", "--cliff_teacher_max_retries", "0",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import load_script
+from helpers import load_script, mix_script_rewards
 from test_meds_answer_token import _corpus
 from test_meds_answer_token_families import check_auto_rule_on_corpus
 
@@ -66,20 +66,30 @@ def train(method: str, world, output_dir: Path, *extra: str, steps: int = 2):
 
 @pytest.fixture(scope="module")
 def meds_run(smollm2_path, world, tmp_path_factory):
+    """A 2-step MEDS run whose groups are all mixed by construction (:class:`helpers.MixedGroupsReward`): the base
+    model's groups on this world are often uniform, and MEDS follows the reference there (no shaping, no memory)."""
     output_dir = tmp_path_factory.mktemp("meds_run")
-    trainer, logs = train("meds", world, output_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        mix_script_rewards(patch)
+        trainer, logs = train("meds", world, output_dir)
     return trainer, logs, output_dir
 
 
 def test_smollm2_tokenizer_needs_the_decoded_fallback(smollm2_tokenizer):
     from hf_meds_cliff.meds.features import locate_answer_token
 
-    ids = smollm2_tokenizer("So 12 + 30 = 42. The answer is \\boxed{42}.", add_special_tokens=False)["input_ids"]
+    ids = smollm2_tokenizer("So 12 + 30 = 42. The answer is \\boxed{42}.", add_special_tokens=False)[
+        "input_ids"
+    ]
     tokens = smollm2_tokenizer.convert_ids_to_tokens(ids)
     assert tokens[-7:-2] == ["Ġ\\", "box", "ed", "{", "4"]  # digits are single tokens
     assert locate_answer_token(ids, smollm2_tokenizer, rule="reference") is None  # the bug of issue 30
     location = locate_answer_token(ids, smollm2_tokenizer)
-    assert (location.rule, tokens[location.query_index], tokens[location.target_index]) == ("decoded", "{", "4")
+    assert (location.rule, tokens[location.query_index], tokens[location.target_index]) == (
+        "decoded",
+        "{",
+        "4",
+    )
     fired = check_auto_rule_on_corpus(smollm2_tokenizer, _corpus())
     assert fired["decoded"] > 0.5 * sum(fired.values()), dict(fired)
 
@@ -90,7 +100,9 @@ def test_meds_on_smollm2(meds_run):
     assert len(logs) == 2 and all(r["loss"] == r["loss"] for r in logs)
     assert sum(r["meds/frac_with_feature"] for r in logs) > 0
     assert sum(r["meds/answer_token_rule_decoded_fallback"] for r in logs) > 0
-    assert all(r["meds/answer_token_rule_reference"] == 0.0 for r in logs)  # the reference rule finds nothing here
+    assert all(
+        r["meds/answer_token_rule_reference"] == 0.0 for r in logs
+    )  # the reference rule finds nothing here
     assert len(trainer._meds_layer_indices) == 15  # the last half of 30 Llama layers
     assert logs[-1]["meds/memory_rows"] >= 1 and "meds/clusters_per_key" in logs[-1]
     memory_keys = trainer.meds_memory.keys()  # (prompt id, correct?) pairs
@@ -103,7 +115,10 @@ def test_report_of_the_smollm2_meds_run(meds_run):
     _, _, output_dir = meds_run
     assert cli.main(["report", str(output_dir)]) == 0
     page = (output_dir / "report.html").read_text()
-    assert "MEDS: error clusters per prompt" in page and "<figcaption>meds/frac_with_feature</figcaption>" in page
+    assert (
+        "MEDS: error clusters per prompt" in page
+        and "<figcaption>meds/frac_with_feature</figcaption>" in page
+    )
     assert re.search(r'<span class="ptitle">Compute \d+ [+-] \d+\.', page)  # the problem, not a hash
     from test_report import assert_draws_without_errors, find_browser, render_in_browser
 
@@ -158,9 +173,9 @@ def test_cliff_with_served_smollm2_as_teacher(served_smollm2, tmp_path, monkeypa
     """The same model behind ``transformers serve`` judges its own rollouts: a weak judge, counted, never a crash.
     The correctness reward is wrapped in ``MixedGroupsReward`` (tests/helpers.py), so every group is mixed and the
     teacher is asked by construction, not by the luck of the sampled answers."""
-    import hf_meds_cliff.script_utils as script_utils
     from helpers import MixedGroupsReward
 
+    from hf_meds_cliff import script_utils
     from hf_meds_cliff.real_world import write_real_world
 
     build_reward_funcs = script_utils.build_reward_funcs
@@ -179,8 +194,12 @@ def test_cliff_with_served_smollm2_as_teacher(served_smollm2, tmp_path, monkeypa
     (record,) = logs
     groups = record["cliff/groups_cliff"] + record["cliff/groups_skipped"]
     groups += sum(v for k, v in record.items() if k.startswith("cliff/groups_fallback"))
-    assert groups == 2.0 and record["cliff/groups_skipped"] == 0.0, record  # every group mixed and accounted for
-    assert record["cliff/solve_calls"] + record["cliff/reference_cache_hits"] >= 1, record  # the teacher was asked
+    assert groups == 2.0 and record["cliff/groups_skipped"] == 0.0, (
+        record
+    )  # every group mixed and accounted for
+    assert record["cliff/solve_calls"] + record["cliff/reference_cache_hits"] >= 1, (
+        record
+    )  # the teacher was asked
     print("SmolLM2 as served Cliff teacher:", {k: v for k, v in record.items() if k.startswith("cliff/")})
 
 
