@@ -28,10 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from study_common import bootstrap_difference  # noqa: E402
+from study_common import bootstrap_difference
 
-from hf_meds_cliff.evaluation.estimators import pass_at_k  # noqa: E402
-from hf_meds_cliff.real_world import DEFAULT_LEVEL, real_world_rows  # noqa: E402
+from hf_meds_cliff.evaluation.estimators import pass_at_k
+from hf_meds_cliff.real_world import DEFAULT_LEVEL, real_world_rows
 
 PROMPT_FLAGS = [
     "--problem_column", "problem", "--answer_column", "answer", "--prompt_template", "one_shot_boxed",
@@ -47,7 +47,9 @@ def code_version() -> dict:
 
     def git(*arguments: str) -> str | None:
         try:
-            return subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+            return subprocess.run(
+                ["git", *arguments], cwd=root, capture_output=True, text=True, check=True
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
 
@@ -58,7 +60,9 @@ def code_version() -> dict:
 def write_data(folder: Path, args) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     train = real_world_rows("train", args.train_problems, DEFAULT_LEVEL, seed=0)
-    test = real_world_rows("test", args.skip_test + args.test_problems, DEFAULT_LEVEL, seed=0)[args.skip_test :]
+    test = real_world_rows("test", args.skip_test + args.test_problems, DEFAULT_LEVEL, seed=0)[
+        args.skip_test :
+    ]
     paths = folder / "train.jsonl", folder / "test.jsonl"
     for path, rows in zip(paths, (train, test)):
         path.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -94,7 +98,9 @@ def correct_counts(samples: Path) -> dict[str, tuple[int, int]]:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output_dir", default="outputs/smollm2_probe")
     parser.add_argument("--result", default="docs/real_model_results/probe.json")
     parser.add_argument("--model", default="smollm2-135m")
@@ -132,7 +138,10 @@ def main(argv=None) -> dict:
     problems = sorted(base)
     result: dict = {"probe": "smollm2-grpo", "level": DEFAULT_LEVEL, "settings": vars(args), **code_version()}
     for k in (1, args.num_samples):
-        rows = [[float(pass_at_k(*base[p], k)) for p in problems]], [[float(pass_at_k(*after[p], k)) for p in problems]]
+        rows = (
+            [[float(pass_at_k(*base[p], k)) for p in problems]],
+            [[float(pass_at_k(*after[p], k)) for p in problems]],
+        )
         result[f"pass@{k}"] = {
             "base": sum(rows[0][0]) / len(problems),
             "grpo": sum(rows[1][0]) / len(problems),
@@ -151,7 +160,9 @@ def main(argv=None) -> dict:
     result["started"], result["finished"] = started, utc_now()
     Path(args.result).parent.mkdir(parents=True, exist_ok=True)
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({key: result[key] for key in ("pass@1", f"pass@{args.num_samples}", "verdict")}, indent=2))
+    print(
+        json.dumps({key: result[key] for key in ("pass@1", f"pass@{args.num_samples}", "verdict")}, indent=2)
+    )
     return result
 
 
