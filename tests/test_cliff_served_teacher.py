@@ -24,15 +24,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
-from helpers import ROOT, free_port, load_module, load_script, mix_script_rewards
+from helpers import ROOT, ServedProcess, free_port, load_module, load_script, mix_script_rewards
 from transformers import TrainerCallback
 
 VERDICT = '{"final_answer_correct": false, "first_mistake": 1}'
@@ -79,48 +76,19 @@ def write_verdict_teacher(folder: Path, answer: str = VERDICT, width: int = 8) -
     return folder
 
 
-class ServedTeacher:
+class ServedTeacher(ServedProcess):
     """``transformers serve FOLDER`` on 127.0.0.1 (a free port) in a child process; ``stop()`` ends it."""
 
     def __init__(self, folder: Path, log: Path, startup_timeout: float = 180.0):
         self.folder = str(folder)
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}/v1"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
         command = [
             sys.executable, "-m", "transformers.cli.transformers", "serve", self.folder,
-            "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu",
+            "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
         ]  # fmt: skip
-        self.log = log
-        with open(self.log, "wb") as handle:
-            self.process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT)
-        started = time.perf_counter()
-        while time.perf_counter() - started < startup_timeout:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"transformers serve exited with {self.process.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1.0).status_code == 200:
-                    self.startup_seconds = time.perf_counter() - started
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"transformers serve not ready after {startup_timeout} s:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        super().__init__("transformers serve", command, env, log, port, startup_timeout)
 
 
 def serve(folder: Path, log: Path):

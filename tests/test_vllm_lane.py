@@ -25,11 +25,10 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, free_port, load_module
+from helpers import ROOT, ServedProcess, free_port, load_module
 
 pytestmark = [
     pytest.mark.vllm,
@@ -229,47 +228,18 @@ def test_eval_sampled_pass_at_k_matches_transformers(vllm_policy, tmp_path):
     )
 
 
-class VLLMServer:
+class VLLMServer(ServedProcess):
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 (a free port) in a child process."""
 
     def __init__(self, folder: Path, log: Path, startup_timeout: float = 600.0):
-        import httpx
-
         self.folder = str(folder)
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}/v1"
         command = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.folder,
-            "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--max-model-len", "4096",
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "4096",
         ]  # fmt: skip
-        self.log = log
-        with open(log, "wb") as handle:
-            self.process = subprocess.Popen(command, env=lane_env(), stdout=handle, stderr=subprocess.STDOUT)
-        started = time.perf_counter()
-        while time.perf_counter() - started < startup_timeout:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM's server exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1.0).status_code == 200:
-                    self.startup_seconds = time.perf_counter() - started
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"vLLM's server not ready after {startup_timeout} s:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        super().__init__("vLLM's server", command, lane_env(), log, port, startup_timeout, 0.5, 30.0)
 
 
 def test_cliff_judges_through_a_vllm_openai_server(tmp_path):
