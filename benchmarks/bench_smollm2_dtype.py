@@ -2,7 +2,8 @@
 
 Measures, in one run on the same machine, with the converted checkpoint (``hf_meds_cliff.real_models.smollm2_135m``):
 sampled generation of ``--batch`` x ``--new_tokens`` tokens (as GRPO rollouts), and one forward + backward over the
-generated sequences (as a training step's policy pass). Reports the seconds and the bf16/fp32 ratio of each.
+generated sequences (as a training step's policy pass), the two dtypes interleaved ``--repeats`` times. Reports the
+best seconds of each and the bf16/fp32 ratios.
 
     PYTHONPATH=src python benchmarks/bench_smollm2_dtype.py --batch 8 --new_tokens 128
 """
@@ -19,42 +20,54 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from hf_meds_cliff.real_models import smollm2_135m
 
 
-def measure(path, dtype, tokenizer, batch: int, new_tokens: int, repeats: int) -> dict[str, float]:
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    messages = [{"role": "user", "content": "What is 17 + 25? Put the final answer in \\boxed{}."}]
-    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-    input_ids = prompt["input_ids"].repeat(batch, 1)
-    generate_s, train_s = [], []
-    for repeat in range(repeats):
-        torch.manual_seed(repeat)
-        start = time.perf_counter()
-        with torch.no_grad():
-            output = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
-                                    min_new_tokens=new_tokens, do_sample=True, temperature=0.7)  # fmt: skip
-        generate_s.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        loss = model(output, labels=output).loss
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-        train_s.append(time.perf_counter() - start)
-    return {"generate_s": min(generate_s), "forward_backward_s": min(train_s),
-            "tokens_per_s": batch * new_tokens / min(generate_s)}  # fmt: skip
+def one_pass(model, input_ids, new_tokens: int, seed: int) -> tuple[float, float]:
+    """Seconds of one sampled generation and of one forward + backward over its output."""
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    with torch.no_grad():
+        output = model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
+                                min_new_tokens=new_tokens, do_sample=True, temperature=0.7)  # fmt: skip
+    generate_s = time.perf_counter() - start
+    start = time.perf_counter()
+    model(output, labels=output).loss.backward()
+    model.zero_grad(set_to_none=True)
+    return generate_s, time.perf_counter() - start
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--new_tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     path = smollm2_135m()
     tokenizer = AutoTokenizer.from_pretrained(path)
-    fp32 = measure(path, torch.float32, tokenizer, args.batch, args.new_tokens, args.repeats)
-    bf16 = measure(path, torch.bfloat16, tokenizer, args.batch, args.new_tokens, args.repeats)
+    messages = [{"role": "user", "content": "What is 17 + 25? Put the final answer in \\boxed{}."}]
+    prompt = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    input_ids = prompt["input_ids"].repeat(args.batch, 1)
+    models = {name: AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+              for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}  # fmt: skip
+    times: dict[str, dict[str, list[float]]] = {
+        name: {"generate_s": [], "forward_backward_s": []} for name in models
+    }
+    for repeat in range(args.repeats):  # interleaved: a change of load falls on both dtypes alike
+        for name, model in models.items():
+            generate_s, train_s = one_pass(model, input_ids, args.new_tokens, repeat)
+            times[name]["generate_s"].append(generate_s)
+            times[name]["forward_backward_s"].append(train_s)
+    best = {name: {key: min(values) for key, values in measured.items()} for name, measured in times.items()}
+    for values in best.values():
+        values["tokens_per_s"] = args.batch * args.new_tokens / values["generate_s"]
     result = {
-        "float32": fp32,
-        "bfloat16": bf16,
-        "ratio_bf16_over_fp32": {key: bf16[key] / fp32[key] for key in ("generate_s", "forward_backward_s")},
+        **best,
+        "ratio_bf16_over_fp32": {
+            key: best["bfloat16"][key] / best["float32"][key] for key in ("generate_s", "forward_backward_s")
+        },
+        "all_times": times,
         "torch_threads": torch.get_num_threads(),
         "settings": vars(args),
     }

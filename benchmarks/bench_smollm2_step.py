@@ -1,6 +1,6 @@
 """Step time of MEDS and Cliff relative to plain GRPO on SmolLM2-135M-Instruct with 256-token completions (CPU).
 
-    PYTHONPATH=src python benchmarks/bench_smollm2_step.py [--steps 3] [--completion_length 256]
+    PYTHONPATH=src python benchmarks/bench_smollm2_step.py [--steps 2] [--rounds 2] [--completion_length 256] [--output F]
 
 Five runs in one process, in this order, each from the same converted checkpoint
 (``hf_meds_cliff.real_models.smollm2_135m``), the same data of the real-model world (``one_shot_boxed`` prompts),
@@ -14,9 +14,12 @@ completion is ``--completion_length`` tokens long, learning rate 0, so every run
   forward and MEDS captures the features with hooks during it (the baseline pays that forward too);
 - ``cliff``: ``CliffGRPOTrainer`` with the rule-based teacher (exact, no LLM latency).
 
-Reported: the median of TRL's ``step_time`` over the steps after the first (which pays for lazy initialisation), the
-ratios against the matching GRPO run, and what the step is made of (MEDS' ``time_features_s``/``time_clustering_s``,
-Cliff's judge wall time). CPU load from other jobs shifts all numbers; the runs are sequential, not interleaved.
+The five runs are repeated ``--rounds`` times, interleaved (round 1: grpo, meds-forward, ..., cliff; round 2: the
+same again), so that a change of the machine's load during the benchmark falls on every method alike.
+
+Reported: per method the median of TRL's ``step_time`` over every round's steps after the first (the first pays for
+lazy initialisation); per pair the ratio of those medians and each round's own ratio; and what the step is made of
+(MEDS' ``time_features_s``/``time_clustering_s``, Cliff's judge wall time). ``--output`` writes it all as JSON.
 """
 
 from __future__ import annotations
@@ -75,11 +78,21 @@ def run(method: str, model_path: str, dataset, cli, output_root: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=2, help="Steps per run (the first is not counted).")
+    parser.add_argument("--rounds", type=int, default=2, help="Interleaved repetitions of all the runs.")
     parser.add_argument("--completion_length", type=int, default=256)
-    parser.add_argument("--methods", nargs="+", default=["grpo", "meds-forward", "grpo-spg2", "meds-captured", "cliff"])
+    parser.add_argument(
+        "--methods", nargs="+", default=["grpo", "meds-forward", "grpo-spg2", "meds-captured", "cliff"]
+    )
+    parser.add_argument("--output", default=None, help="Write the results as JSON here.")
     cli = parser.parse_args()
+    if cli.steps < 2 or cli.rounds < 1:
+        parser.error(
+            f"--steps {cli.steps} must be >= 2 (the first step is not counted) and --rounds {cli.rounds} >= 1"
+        )
     from datasets import Dataset
 
     from hf_meds_cliff.data import build_prompt
@@ -91,17 +104,36 @@ def main() -> None:
     dataset = Dataset.from_list(
         [{"prompt": build_prompt(r["problem"], "one_shot_boxed"), "answer": r["answer"],
           "problem_id": r["problem_id"]} for r in rows]
-    )
-    results = {}
+    )  # fmt: skip
+    rounds: list[dict] = []
     with tempfile.TemporaryDirectory() as output_root:
-        for method in cli.methods:
-            results[method] = run(method, model_path, dataset, cli, output_root)
-            print(method, json.dumps(results[method]), flush=True)
+        for index in range(cli.rounds):
+            results = {}
+            for method in cli.methods:
+                results[method] = run(method, model_path, dataset, cli, os.path.join(output_root, str(index)))
+                print(f"round {index + 1}", method, json.dumps(results[method]), flush=True)
+            rounds.append(results)
+    methods = {
+        method: {
+            "median_step_s": statistics.median(s for r in rounds for s in r[method]["step_times"][1:]),
+            **{key: statistics.median(r[method][key] for r in rounds) for key in rounds[0][method]
+               if key not in ("step_times", "median_step_s", "feature_source")},
+            "feature_source": rounds[0][method].get("feature_source"),
+        }
+        for method in cli.methods
+    }  # fmt: skip
     ratios = {}
     for method, baseline in (("meds-forward", "grpo"), ("cliff", "grpo"), ("meds-captured", "grpo-spg2")):
-        if method in results and baseline in results:
-            ratios[f"{method}/{baseline}"] = results[method]["median_step_s"] / results[baseline]["median_step_s"]
-    print(json.dumps({"ratios": ratios, "settings": vars(cli)}, indent=2))
+        if method in methods and baseline in methods:
+            ratios[f"{method}/{baseline}"] = {
+                "ratio_of_medians": methods[method]["median_step_s"] / methods[baseline]["median_step_s"],
+                "per_round": [r[method]["median_step_s"] / r[baseline]["median_step_s"] for r in rounds],
+            }
+    report = {"methods": methods, "ratios": ratios, "rounds": rounds, "settings": vars(cli)}
+    print(json.dumps({"methods": methods, "ratios": ratios}, indent=2))
+    if cli.output:
+        with open(cli.output, "w") as handle:
+            json.dump(report, handle, indent=2)
 
 
 if __name__ == "__main__":
