@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--train_problems", type=int, default=256)
     parser.add_argument("--skip_test", type=int, default=16)
-    parser.add_argument("--test_problems", type=int, default=64)
+    parser.add_argument("--test_problems", type=int, default=32)
     parser.add_argument("--num_samples", type=int, default=8)
     parser.add_argument("--eval_seed", type=int, default=0)
     parser.add_argument("--max_steps", type=int, default=30)
