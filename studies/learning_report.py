@@ -323,9 +323,19 @@ def stage3_results_section(results: Path) -> str:
     runs = stage3_runs(results)
     if not runs:
         return "### Stage 3 results\n\nNot run yet.\n"
-    lines = [
-        "### Stage 3 results",
-        "",
+    expected = {(arm.name, seed) for arm in STAGE3_ARMS for seed in STAGE3_SEEDS}
+    done = {(arm, seed) for arm, group in runs.items() for seed in group} & expected
+    complete = done == expected
+    lines = ["### Stage 3 results", ""]
+    if not complete:
+        lines += [
+            f"**Incomplete: {len(done)} of {len(expected)} pre-registered runs.** Every comparison below is interim: it "
+            "uses the seeds both arms have so far, Holm's correction runs over the hypotheses that have a pair of runs, "
+            "and each verdict is marked *interim*. None is a result of the study until every arm has its "
+            f"{len(STAGE3_SEEDS)} seeds.",
+            "",
+        ]
+    lines += [
         "Held-out pass@k (%, mean ± sd over seeds) on the stage-3 test set, and pass@1 on the validation set; the "
         "code each arm's runs came from.",
         "",
@@ -367,7 +377,7 @@ def stage3_results_section(results: Path) -> str:
             lines.append(
                 f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {c['seeds']} | {100 * c['difference']:+.1f} "
                 f"({100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}) | {c['p']:.4f} | {p_holm:.4f} "
-                f"| {c['t_p']:.3f} | {verdict(c['difference'], p_holm, h.direction)} |"
+                f"| {c['t_p']:.3f} | {'' if complete else 'interim: '}{verdict(c['difference'], p_holm, h.direction)} |"
             )
         for arm, baseline in STAGE3_CHECKS:
             c = stage3_comparison(runs.get(arm, {}), runs.get(baseline, {}), k)
