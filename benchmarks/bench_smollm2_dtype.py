@@ -59,6 +59,7 @@ def main() -> None:
             generate_s, train_s = one_pass(model, input_ids, args.new_tokens, repeat)
             times[name]["generate_s"].append(generate_s)
             times[name]["forward_backward_s"].append(train_s)
+            print(f"repeat {repeat} {name}: generate {generate_s:.2f} s, forward+backward {train_s:.2f} s", flush=True)
     best = {name: {key: min(values) for key, values in measured.items()} for name, measured in times.items()}
     for values in best.values():
         values["tokens_per_s"] = args.batch * args.new_tokens / values["generate_s"]
