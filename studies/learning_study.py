@@ -35,11 +35,9 @@ a re-run skips the runs whose file exists, so the study runs in parts. Work fold
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, replace
@@ -72,7 +70,7 @@ from learning_design import (  # noqa: F401  (re-exported: the study's design is
 )
 import learning_report
 from learning_report import write_report
-from study_common import ALL_METHODS, answer_statistics, pass_at_k_table, trainer_class
+from study_common import ALL_METHODS, answer_statistics, code_version, pass_at_k_table, trainer_class, utc_now
 
 logger = logging.getLogger("learning_study")
 
@@ -255,7 +253,7 @@ def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Pat
 
     from hf_meds_cliff.toy.task import toy_rows
 
-    started = _utc_now()
+    started = utc_now()
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
     if arm is None:
@@ -315,7 +313,7 @@ def train_one(method: str, seed: int, regime: Regime, policy: str, work_dir: Pat
         "samples_per_problem": regime.heldout_samples,
         **code_version(),
         "started_at": started,
-        "finished_at": _utc_now(),
+        "finished_at": utc_now(),
     }
 
 
@@ -327,27 +325,6 @@ def method_fields(args) -> dict:
         for key, value in args.to_dict().items()
         if key.startswith(prefixes) or key in ("loss_type", "epsilon", "epsilon_high", "scale_rewards")
     }
-
-
-def code_version() -> dict:
-    """``commit`` (HEAD of this checkout) and ``dirty`` (local changes to tracked files); ``None`` without git."""
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*arguments: str) -> str | None:
-        try:
-            return subprocess.run(
-                ["git", *arguments], cwd=root, capture_output=True, text=True, check=True, timeout=30
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
-
-
-def _utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def warmup_record(regime: Regime, policy: str, seeds) -> dict:
@@ -450,7 +427,7 @@ def stage3_warmup_record(regime: Regime, policy: str, seeds) -> dict:
         per_seed[str(seed)] = {"heldout": measured, "heldout_correct": correct, "validation": checked,
                                "validation_correct": checked_correct}  # fmt: skip
     return {"stage": 3, "method": "warmup", "policy": policy, "per_eval_seed": per_seed,
-            "samples_per_problem": regime.heldout_samples, **code_version(), "finished_at": _utc_now()}  # fmt: skip
+            "samples_per_problem": regime.heldout_samples, **code_version(), "finished_at": utc_now()}  # fmt: skip
 
 
 def run_stage3(results: Path, work: Path, quick: bool, arms, seeds=STAGE3_SEEDS) -> None:

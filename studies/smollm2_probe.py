@@ -19,7 +19,6 @@ and committed before the first run. Steps, each resumable (a finished step is sk
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
@@ -28,33 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from study_common import bootstrap_difference
+from study_common import bootstrap_difference, code_version, pass_at_k_matrix, utc_now
 
-from hf_meds_cliff.evaluation.estimators import pass_at_k
 from hf_meds_cliff.real_world import DEFAULT_LEVEL, real_world_rows
 
 PROMPT_FLAGS = [
     "--problem_column", "problem", "--answer_column", "answer", "--prompt_template", "one_shot_boxed",
 ]  # fmt: skip
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def code_version() -> dict:
-    root = Path(__file__).resolve().parent.parent
-
-    def git(*arguments: str) -> str | None:
-        try:
-            return subprocess.run(
-                ["git", *arguments], cwd=root, capture_output=True, text=True, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
 def write_data(folder: Path, args) -> tuple[Path, Path]:
@@ -87,14 +66,18 @@ def evaluate(model: str, test: Path, folder: Path, args) -> Path:
     return folder / "samples.jsonl"
 
 
-def correct_counts(samples: Path) -> dict[str, tuple[int, int]]:
+def correct_counts(samples: Path, num_samples: int) -> dict[str, int]:
+    """Each problem's number of correct samples in an eval's ``samples.jsonl``; every problem must have ``num_samples``."""
     counts: dict[str, list[int]] = {}
     for line in samples.read_text().splitlines():
         record = json.loads(line)
         entry = counts.setdefault(str(record["problem_id"]), [0, 0])
         entry[0] += 1
         entry[1] += bool(record["correct"])
-    return {key: (n, c) for key, (n, c) in counts.items()}
+    short = {key: n for key, (n, _) in counts.items() if n != num_samples}
+    if short:
+        raise SystemExit(f"{samples}: problems without {num_samples} samples: {short}")
+    return {key: correct for key, (_, correct) in counts.items()}
 
 
 def main(argv=None) -> dict:
@@ -132,19 +115,19 @@ def main(argv=None) -> dict:
         )  # fmt: skip
     trained_samples = evaluate(str(trained), test, out / "eval-grpo", args)
 
-    base, after = correct_counts(base_samples), correct_counts(trained_samples)
+    base = correct_counts(base_samples, args.num_samples)
+    after = correct_counts(trained_samples, args.num_samples)
     if set(base) != set(after):
         raise SystemExit(f"The two evaluations cover different problems: {sorted(set(base) ^ set(after))}")
     problems = sorted(base)
     result: dict = {"probe": "smollm2-grpo", "level": DEFAULT_LEVEL, "settings": vars(args), **code_version()}
     for k in (1, args.num_samples):
-        rows = (
-            [[float(pass_at_k(*base[p], k)) for p in problems]],
-            [[float(pass_at_k(*after[p], k)) for p in problems]],
-        )
+        rows = [
+            pass_at_k_matrix([[counts[p] for p in problems]], args.num_samples, k) for counts in (base, after)
+        ]
         result[f"pass@{k}"] = {
-            "base": sum(rows[0][0]) / len(problems),
-            "grpo": sum(rows[1][0]) / len(problems),
+            "base": float(rows[0].mean()),
+            "grpo": float(rows[1].mean()),
             **bootstrap_difference(rows[1], rows[0]),
         }
     difference = result["pass@1"]
@@ -156,7 +139,9 @@ def main(argv=None) -> dict:
         curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
         result["training_reward"] = [row["reward"] for row in curve if "reward" in row]
         result["training_step_time_s"] = [row["step_time"] for row in curve if "step_time" in row]
-    result["per_problem"] = {p: {"base": base[p], "grpo": after[p]} for p in problems}
+    result["per_problem"] = {
+        p: {"base": (args.num_samples, base[p]), "grpo": (args.num_samples, after[p])} for p in problems
+    }
     result["started"], result["finished"] = started, utc_now()
     Path(args.result).parent.mkdir(parents=True, exist_ok=True)
     Path(args.result).write_text(json.dumps(result, indent=2) + "\n")

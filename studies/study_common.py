@@ -8,11 +8,14 @@ Every method gets the same budget in a study: ``shared_training_kwargs`` holds e
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
 import statistics
+import subprocess
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 ALL_METHODS = ("grpo", "dapo", "meds", "meds_strong", "cliff", "grpo_teacher")
 GRPO_LOSS = {"loss_type": "grpo", "epsilon": 0.2, "epsilon_high": 0.2}
@@ -287,3 +290,25 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (len(indexed) - rank) * p))
         adjusted[i] = round(running, 12)
     return adjusted
+
+
+def code_version() -> dict:
+    """``commit`` (HEAD of this checkout) and ``dirty`` (local changes to tracked files); ``None`` without git."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*arguments: str) -> str | None:
+        try:
+            return subprocess.run(
+                ["git", *arguments], cwd=root, capture_output=True, text=True, check=True, timeout=30
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def utc_now() -> str:
+    """The current UTC time, to the second, in ISO format."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
