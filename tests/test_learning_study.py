@@ -198,7 +198,7 @@ def test_stage3_report_tables_by_hand(tmp_path):
     # Holm over the family: only H3 and H6 have a p (m = 2): H3 2 * 2 / (B + 1), H6 1
     h3 = rows["`dapo_ds` − `dapo`"]
     assert "| 3 | +25.0 (+25.0, +25.0) |" in h3 and f"| {2 / (b + 1):.4f} | {4 / (b + 1):.4f} |" in h3
-    assert h3.endswith("| interim: holds |")  # 4 of 88 runs: every verdict is interim
+    assert h3.endswith("| interim: holds |")  # 10 of 88 runs: every verdict is interim
     assert "**Incomplete: 10 of 88 pre-registered runs.**" in text
     h6 = rows["`dapo_no_overlong` − `dapo`"]
     assert "| +0.0 (+0.0, +0.0) | 1.0000 | 1.0000 |" in h6 and h6.endswith("| interim: not shown |")
