@@ -386,7 +386,44 @@ def stage3_results_section(results: Path) -> str:
                     f"| check | `{arm}` − `{baseline}` | = | {c['seeds']} | {100 * c['difference']:+.1f} "
                     f"({100 * c['ci_low']:+.1f}, {100 * c['ci_high']:+.1f}) | {c['p']:.4f} | – | {c['t_p']:.3f} | – |"
                 )
-    return "\n".join([*lines, ""])
+    return "\n".join([*lines, *stage3_mechanism_lines(runs), ""])
+
+
+STAGE3_MECHANISM_METRICS = (
+    ("meds/frac_penalized", "MEDS rows penalised", 100, 1),
+    ("meds/advantage_shift", "MEDS advantage shift", 1, 4),
+    ("meds/frac_groups_differentiated", "groups MEDS differentiates (%)", 100, 1),
+    ("cliff/prefix_fraction", "Cliff prefix share", 1, 2),
+)
+
+
+def stage3_mechanism_lines(runs: dict[str, dict[int, dict]]) -> list[str]:
+    """What each arm's mechanism did, from the trainers' own metrics (mean over steps, then mean ± sd over seeds),
+    and its training CPU time: a description of the runs, not a pre-registered comparison."""
+
+    def metric(run: dict, key: str) -> float:
+        values = finite(h.get(key) for h in run.get("history", []))
+        return statistics.mean(values) if values else math.nan
+
+    lines = [
+        "",
+        (
+            "What each arm's mechanism did (descriptive, not a pre-registered comparison): the trainers' own metrics, "
+            "mean over the logged steps, then mean ± sd over seeds (rows penalised in %; advantage shift = mean "
+            "|A_MEDS − A_without penalty| per row; n/a: the arm has no such mechanism), and the training CPU time "
+            "per run (one thread, median)."
+        ),
+        "",
+        "| arm | seeds | " + " | ".join(label for _, label, _, _ in STAGE3_MECHANISM_METRICS) + " | training CPU s |",
+        "|---|---|" + "---|" * len(STAGE3_MECHANISM_METRICS) + "---|",
+    ]
+    for arm in [a.name for a in STAGE3_ARMS if a.name in runs]:
+        group = list(runs[arm].values())
+        cells = [mean_std([metric(r, k) for r in group], scale, digits) for k, _, scale, digits in STAGE3_MECHANISM_METRICS]
+        cpu = finite(r.get("train_cpu_seconds") for r in group)
+        median_cpu = f"{statistics.median(cpu):.0f}" if cpu else "n/a"
+        lines.append(f"| `{arm}` | {len(group)} | {' | '.join(cells)} | {median_cpu} |")
+    return lines
 
 
 def mean_curve(group: list[dict]) -> list[tuple[int, float]]:

@@ -174,10 +174,11 @@ def test_quick_mode_writes_the_results_format_and_the_report(toy_policy_path, tm
     assert mtimes == {p: p.stat().st_mtime for p in results.glob("*-seed0.json")}
 
 
-def _stage3_run(results, arm, seed, correct, samples=4, commit="a" * 40):
+def _stage3_run(results, arm, seed, correct, samples=4, commit="a" * 40, history=(), cpu=None):
     run = {"stage": 3, "arm": arm, "method": arm.split("_")[0], "seed": seed, "samples_per_problem": samples,
            "heldout": {"pass@1": sum(correct) / (samples * len(correct))}, "heldout_correct": correct,
-           "validation": {"pass@1": 0.5}, "validation_correct": [2] * len(correct), "commit": commit, "dirty": False}  # fmt: skip
+           "validation": {"pass@1": 0.5}, "validation_correct": [2] * len(correct), "commit": commit, "dirty": False,
+           "history": list(history), "train_cpu_seconds": cpu}  # fmt: skip
     _write(results / f"stage3-{arm}-seed{seed}.json", run)
 
 
@@ -189,7 +190,12 @@ def test_stage3_report_tables_by_hand(tmp_path):
         _stage3_run(tmp_path, "dapo", seed, [1, 2, 0, 3])
         _stage3_run(tmp_path, "dapo_ds", seed, [2, 3, 1, 4])
         _stage3_run(tmp_path, "dapo_no_overlong", seed, [1, 2, 0, 3])
-    _stage3_run(tmp_path, "meds", 100, [4, 4, 4, 4])  # one seed only: no comparison yet
+    # one seed only: no comparison yet; its mechanism metrics are averaged over the logged steps
+    meds_history = [{"step": 1, "reward": 0.5, "meds/frac_penalized": 0.25, "meds/advantage_shift": 0.01,
+                     "meds/frac_groups_differentiated": 0.5},
+                    {"step": 2, "reward": 0.5, "meds/frac_penalized": 0.75, "meds/advantage_shift": 0.03,
+                     "meds/frac_groups_differentiated": 0.0}]  # fmt: skip
+    _stage3_run(tmp_path, "meds", 100, [4, 4, 4, 4], history=meds_history, cpu=90.4)
     text = learning_report.stage3_results_section(tmp_path)
     primary, secondary = text.split("held-out pass@16")
     rows = {line.split(" | ")[1]: line for line in primary.splitlines() if line.startswith("| H")}
@@ -204,6 +210,8 @@ def test_stage3_report_tables_by_hand(tmp_path):
     assert "| +0.0 (+0.0, +0.0) | 1.0000 | 1.0000 |" in h6 and h6.endswith("| interim: not shown |")
     assert rows["`meds` − `dapo`"].endswith("| – | no pair of runs yet | | | | |")
     assert "| `dapo_ds` | 3 | 62.5 ± 0.0 |" in text  # 10 of 16 samples correct and "aaaaaaaa" in text
+    assert "| `meds` | 1 | 50.0 | 0.0200 | 25.0 | n/a | 90 |" in text
+    assert "| `dapo` | 3 | n/a | n/a | n/a | n/a | n/a |" in text
     # stage 2's tables leave stage 3's files out
     assert learning_report._runs(tmp_path) == {}
 
