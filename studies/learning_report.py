@@ -119,6 +119,16 @@ def _runs(results: Path) -> dict[str, list[dict]]:
     return runs
 
 
+def history_mean(run: dict, key: str) -> float:
+    """Mean of a trainer metric over a run's logged steps (NaN where it was never logged).
+
+    >>> history_mean({"history": [{"a": 1.0}, {"a": 3.0}, {}]}, "a"), history_mean({"history": [{}]}, "a")
+    (2.0, nan)
+    """
+    values = finite(h.get(key) for h in run.get("history", []))
+    return statistics.mean(values) if values else math.nan
+
+
 def stage2_section(results: Path, figures: Path) -> str:
     runs = _runs(results)
     if not runs:
@@ -152,10 +162,6 @@ def stage2_section(results: Path, figures: Path) -> str:
         if not group:
             continue
 
-        def metric(run, key):
-            values = finite(h.get(key) for h in run["history"])
-            return statistics.mean(values) if values else math.nan
-
         collapse = (
             [no_collapse_ratio(run, warmup)[-1]["ratio"] for run in group]
             if warmup is not None
@@ -166,8 +172,8 @@ def stage2_section(results: Path, figures: Path) -> str:
             f"| {mean_std([r['heldout'].get('pass@4') for r in group], 100)} "
             f"| {mean_std([r['heldout'].get('pass@16') for r in group], 100)} "
             f"| {steps_to_reach(mean_curve(group), grpo_final)} "
-            f"| {mean_std([metric(r, 'meds/advantage_shift') for r in group], 1, 3)} "
-            f"| {mean_std([metric(r, 'cliff/prefix_fraction') for r in group], 1, 2)} "
+            f"| {mean_std([history_mean(r, 'meds/advantage_shift') for r in group], 1, 3)} "
+            f"| {mean_std([history_mean(r, 'cliff/prefix_fraction') for r in group], 1, 2)} "
             f"| {mean_std(collapse, 1, 2)} |"
         )
     lines += [
@@ -401,10 +407,6 @@ def stage3_mechanism_lines(runs: dict[str, dict[int, dict]]) -> list[str]:
     """What each arm's mechanism did, from the trainers' own metrics (mean over steps, then mean ± sd over seeds),
     and its training CPU time: a description of the runs, not a pre-registered comparison."""
 
-    def metric(run: dict, key: str) -> float:
-        values = finite(h.get(key) for h in run.get("history", []))
-        return statistics.mean(values) if values else math.nan
-
     lines = [
         "",
         (
@@ -419,7 +421,7 @@ def stage3_mechanism_lines(runs: dict[str, dict[int, dict]]) -> list[str]:
     ]
     for arm in [a.name for a in STAGE3_ARMS if a.name in runs]:
         group = list(runs[arm].values())
-        cells = [mean_std([metric(r, k) for r in group], scale, digits) for k, _, scale, digits in STAGE3_MECHANISM_METRICS]
+        cells = [mean_std([history_mean(r, k) for r in group], scale, digits) for k, _, scale, digits in STAGE3_MECHANISM_METRICS]
         cpu = finite(r.get("train_cpu_seconds") for r in group)
         median_cpu = f"{statistics.median(cpu):.0f}" if cpu else "n/a"
         lines.append(f"| `{arm}` | {len(group)} | {' | '.join(cells)} | {median_cpu} |")
