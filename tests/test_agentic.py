@@ -253,6 +253,23 @@ def test_cliff_trains_on_tool_calls_with_hand_computed_advantages(tool_tokenizer
     assert logs["tools/failure_frequency"] == pytest.approx(1 / 7)  # "divide" does not exist: 1 of 7 calls failed
     assert logs["cliff/groups_cliff"] == 1.0
     assert any(not torch.equal(p, trainer.model.get_parameter(n)) for n, p in before.items())
+    if multiply_tool == "sync":
+        _check_report(tmp_path)
+
+
+def _check_report(run_dir):
+    """The report draws the logged tool-calling rollouts: tool calls and environment replies apart, the first
+    wrong action marked."""
+    from hf_meds_cliff.report import collect_run, render_report
+
+    page = render_report(collect_run(run_dir))
+    assert page.count('class="agentic"') == 3  # the three wrong rollouts
+    assert '<span class="env"><bdi>add: 12</bdi></span>' in page  # the environment's reply, set apart, unnumbered
+    assert 'title="first wrong action"' in page  # "divide" and the wrong multiply call
+    assert "first mistake at unit 0 (wrong action: tool call divide)" in page
+    assert "first mistake at unit 2 (wrong action: tool call multiply)" in page
+    assert "first mistake at unit 1 (sentence)" in page
+    assert '<span class="s unit mistake"><sup>[1]</sup><bdi>7 + 5 = 13.</bdi></span>' in page
 
 
 def test_cliff_with_several_environments_and_an_environment_owned_reward(tool_tokenizer, tmp_path, monkeypatch):

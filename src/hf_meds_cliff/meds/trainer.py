@@ -138,7 +138,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
       reward models with their own tokenizers included), builds the :class:`ErrorMemory`, resolves the decoder
       layers.
     * ``_generate``: keeps the prompt token ids of the batch (to build feature inputs) and locates the
-      answer token of each completion.
+      answer token of each completion; on tool-calling rollouts (TRL's ``tool_mask``) in the final assistant
+      turn only (:mod:`hf_meds_cliff.meds.agentic`; rollouts without one counted as ``meds/agentic_no_answer`` and
+      ``meds/agentic_answer_outside_final_turn``, see ``docs/agents.md``).
     * ``_get_per_token_logps_and_entropies``: when TRL runs its no-grad old-log-prob forward before
       the rewards (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation ×
       num_iterations``, or vLLM importance-sampling correction), the features are captured from that
