@@ -204,11 +204,12 @@ def _cliff_trainer(tokenizer, tmp_path, **kwargs):
     from hf_meds_cliff.cliff import CliffConfig, CliffGRPOTrainer
     from hf_meds_cliff.toy.agentic import FinalAnswerReward, tiny_tool_policy
 
-    columns = {"prompt": [[{"role": "user", "content": QUESTION}]] * 4, "answer": ["36"] * 4}
+    rows = kwargs.pop("rows", 4)
+    columns = {"prompt": [[{"role": "user", "content": QUESTION}]] * rows, "answer": ["36"] * rows}
     columns.update(kwargs.pop("columns", {}))
     reward_funcs = kwargs.pop("reward_funcs", [FinalAnswerReward()])
     args = CliffConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_steps=1, report_to="none",
+        output_dir=str(tmp_path), per_device_train_batch_size=rows, num_generations=4, max_steps=1, report_to="none",
         use_cpu=True, bf16=False, max_completion_length=256, logging_steps=1, learning_rate=0.1, shuffle_dataset=False,
         cliff_teacher="rule", save_strategy="no",
     )  # fmt: skip
@@ -223,7 +224,7 @@ def _first_mistake_tokens(output):
     second turn's first token (unit 1: the sentence opening the turn) and rollout 3's second ``<tool_call>`` (unit 2)."""
     second_turn = [assistant_runs(mask.tolist())[1][0] for mask in output["tool_mask"]]
     ids = output["completion_ids"][3].tolist()
-    tool_call = 151657  # Qwen's <tool_call>
+    tool_call = 151657  # Qwen's <tool_call>, as TRL's own tool tests hard-code it
     return [None, 0, second_turn[2], [i for i, t in enumerate(ids) if t == tool_call][1]]
 
 
@@ -273,22 +274,29 @@ def _check_report(run_dir):
 
 
 def test_cliff_with_several_environments_and_an_environment_owned_reward(tool_tokenizer, tmp_path, monkeypatch):
+    """Two groups in one batch, each bound to its own environment: ``plain`` (no reward of its own) and ``scored``
+    (an environment-owned reward next to the correctness reward)."""
     from hf_meds_cliff.toy.agentic import CalculatorEnvironment, ScoredCalculatorEnvironment, ScriptedToolPolicy
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = _cliff_trainer(
-        tool_tokenizer, tmp_path, columns={"environment": ["scored"] * 4},
+        tool_tokenizer, tmp_path, rows=8, columns={"environment": ["plain", "scored"] * 4},  # prompts 0 and 1 make the batch
         environment_factory={"plain": CalculatorEnvironment, "scored": ScoredCalculatorEnvironment},
     )  # fmt: skip
-    assert trainer.reward_func_names[-1] == "ScoredCalculatorEnvironment"  # next to the correctness reward
+    assert trainer.reward_func_names == ["FinalAnswerReward", "ScoredCalculatorEnvironment"]
     captured, capture = _capture_outputs(trainer)
-    with patch.object(trainer.model, "generate", side_effect=ScriptedToolPolicy(tool_tokenizer, CLIFF_SCRIPTS)), capture:
+    policy = ScriptedToolPolicy(tool_tokenizer, CLIFF_SCRIPTS + CLIFF_SCRIPTS)
+    with patch.object(trainer.model, "generate", side_effect=policy), capture:
         trainer.train()
     output = captured[0]
-    assert trainer.cliff_last_outcome.first_mistake == CLIFF_FIRST_MISTAKES
-    # Rewards: correctness [1, 0, 0, 0] + the environment's [1, 0, 1, 1] ("divide" never reached the calculator).
-    expected = _expected_cliff(output, [2.0, 0.0, 1.0, 1.0], _first_mistake_tokens(output))
-    torch.testing.assert_close(output["advantages"], expected, atol=1e-5, rtol=1e-5)
+    assert trainer.cliff_last_outcome.first_mistake == CLIFF_FIRST_MISTAKES * 2
+    assert trainer.cliff_last_outcome.group_modes == ["cliff"] * 8
+    # Group "plain": correctness [1, 0, 0, 0], no environment reward (None: ignored). Group "scored": correctness +
+    # the environment's [1, 0, 1, 1] ("divide" never reached the calculator) = [2, 0, 1, 1].
+    for rows, rewards in ((slice(0, 4), [1.0, 0.0, 0.0, 0.0]), (slice(4, 8), [2.0, 0.0, 1.0, 1.0])):
+        group = {k: v[rows] for k, v in output.items() if torch.is_tensor(v) and v.dim() >= 1 and len(v) == 8}
+        expected = _expected_cliff(group, rewards, _first_mistake_tokens(group))
+        torch.testing.assert_close(group["advantages"], expected, atol=1e-5, rtol=1e-5)
     assert output["advantages"][output["tool_mask"] == 0].eq(0).all()
 
 
