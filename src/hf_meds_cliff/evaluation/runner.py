@@ -916,6 +916,29 @@ def _score_samples_file(
     return completed, k_values, {"samples_file": block}
 
 
+def _check_seeded_samples(
+    args: EvalArguments, completed: dict[tuple[str, str], list[dict[str, Any]]], wanted: set[tuple[str, str]]
+) -> dict[str, int]:
+    """A served model's samples that repeat an earlier sample of their prompt although each was asked with its own
+    seed: counted per prompt, warned about once with the numbers (sampling at temperature 0 repeats by design)."""
+    from .openai_backend import duplicate_samples
+
+    groups = [[r["completion"] for r in records] for key, records in completed.items() if key in wanted]
+    counts = duplicate_samples(groups)
+    if args.temperature > 0 and counts["duplicate_samples"]:
+        logger.warning(
+            "%d of %d samples repeat an earlier sample of their prompt (%d of %d prompts), although each was "
+            "requested with its own seed at temperature %g: the server may ignore `seed` (transformers serve does), "
+            "so the samples are not reproducible and pass@k for k > 1 is lower than with independent samples.",
+            counts["duplicate_samples"],
+            counts["of_samples"],
+            counts["prompts"],
+            counts["of_prompts"],
+            args.temperature,
+        )
+    return counts
+
+
 def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None) -> dict[str, Any]:
     """Evaluate ``args.model_name_or_path`` on ``args.benchmarks`` and write the outputs; returns the summary.
 
@@ -1022,6 +1045,8 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
     report = getattr(backend, "report", None)
     if callable(report):
         summary["generation"] = report()
+        if getattr(backend, "name", None) == "openai":
+            summary["generation"]["duplicates"] = _check_seeded_samples(args, completed, wanted)
     if len(benchmarks) > 1:
         summary["average"] = average_summaries(benchmarks)
     (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
