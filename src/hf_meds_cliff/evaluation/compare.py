@@ -150,7 +150,11 @@ def compare_runs(
     summaries = [load_summary(path) for path in paths]
     if labels is not None and len(labels) != len(paths):
         raise ValueError(f"Got {len(labels)} labels for {len(paths)} runs; give one --label per run.")
-    names = list(labels) if labels is not None else [s.get("model") or Path(p).name for s, p in zip(summaries, paths)]
+    names = (
+        list(labels)
+        if labels is not None
+        else [s.get("model") or Path(p).name for s, p in zip(summaries, paths)]
+    )
     for index, name in enumerate(names):
         if names.count(name) > 1:
             names[index] = f"{name} ({index + 1})"
@@ -160,10 +164,8 @@ def compare_runs(
     for benchmark in runs[0]:
         problems = sorted(runs[0][benchmark])
         fewest = min(run[benchmark][p][0] for run in runs for p in problems)
-        asked = sorted(set(k_values)) if k_values else sorted(
-            set.intersection(*(set(map(int, s["benchmarks"].get(benchmark, {}).get("pass@k", {}))) for s in summaries))
-            or {1}
-        )
+        reported = [set(map(int, s["benchmarks"].get(benchmark, {}).get("pass@k", {}))) for s in summaries]
+        asked = sorted(set(k_values)) if k_values else sorted(set.intersection(*reported) or {1})
         usable = [k for k in asked if 1 <= k <= fewest]
         if not usable:
             raise ValueError(
@@ -211,7 +213,8 @@ def format_comparison(comparison: dict[str, Any]) -> str:
     the baseline with its 95 % CI (percentage points)."""
     names = comparison["labels"]
     baseline = comparison["baseline"]
-    header = ["benchmark", "k", *names, *(f"{name} - {baseline}" for name in names[1:]), *(["95% CI"] * (len(names) - 1))]
+    differences = [f"{name} - {baseline}" for name in names[1:]]
+    header = ["benchmark", "k", *names, *differences, *(["95% CI"] * len(differences))]
     rows = []
     for benchmark, block in comparison["benchmarks"].items():
         for k, entry in block["pass@k"].items():
@@ -228,7 +231,9 @@ def format_comparison(comparison: dict[str, Any]) -> str:
                 ]
             )
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]
+    ]
     lines.append(
         f"pass@k in %; differences from {baseline} in percentage points, 95% CI from a paired bootstrap over problems "
         f"({comparison['num_bootstrap']} resamples, seed {comparison['seed']})."
@@ -243,12 +248,35 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "difference from the first with a paired bootstrap 95%% CI over problems. Refuses runs on different "
         "benchmarks or problem sets.",
     )
-    parser.add_argument("runs", nargs="+", help="Run folders written by `hf-meds-cliff eval` (or their summary.json); the first is the baseline.")
-    parser.add_argument("--label", nargs="+", action="extend", default=None, help="One name per run, in order (default: each run's model).")
-    parser.add_argument("--k", nargs="+", type=int, default=None, help="The k values (default: those both summaries report).")
-    parser.add_argument("--num_bootstrap", type=int, default=DEFAULT_NUM_BOOTSTRAP, help="Bootstrap resamples of the problems (default: %(default)s).")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="Seed of the bootstrap (default: %(default)s).")
-    parser.add_argument("--output_dir", default=None, help="Also write compare.json, compare_passk.csv and compare_passk.png here.")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        help="Run folders written by `hf-meds-cliff eval` (or their summary.json); the first is the baseline.",
+    )
+    parser.add_argument(
+        "--label",
+        nargs="+",
+        action="extend",
+        default=None,
+        help="One name per run, in order (default: each run's model).",
+    )
+    parser.add_argument(
+        "--k", nargs="+", type=int, default=None, help="The k values (default: those both summaries report)."
+    )
+    parser.add_argument(
+        "--num_bootstrap",
+        type=int,
+        default=DEFAULT_NUM_BOOTSTRAP,
+        help="Bootstrap resamples of the problems (default: %(default)s).",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="Seed of the bootstrap (default: %(default)s)."
+    )
+    parser.add_argument(
+        "--output_dir",
+        default=None,
+        help="Also write compare.json, compare_passk.csv and compare_passk.png here.",
+    )
     return parser
 
 

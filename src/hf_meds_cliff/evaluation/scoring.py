@@ -292,7 +292,7 @@ def score_programs(
     if pending:
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(workers, len(pending))))
         futures = {
-            executor.submit(run_tests, jobs[positions[0]][0], jobs[positions[0]][1], limits=limits, max_tests=max_tests): key
+            executor.submit(run_tests, *jobs[positions[0]], limits=limits, max_tests=max_tests): key
             for key, positions in pending.items()
         }
         try:
