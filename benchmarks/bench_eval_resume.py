@@ -94,6 +94,7 @@ def main() -> None:
         second_s, second = score(samples, root / "run", num_problems)
         assert second["benchmarks"] == first["benchmarks"], "the second run must give the same results"
         shutil.rmtree(root / "run")
+    prefix = [f"PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else []
     report = {
         "num_problems": num_problems,
         "num_samples": num_samples,
@@ -105,9 +106,7 @@ def main() -> None:
         "pass@1": first["benchmarks"]["humaneval"]["pass@k"]["1"],
         "limits": {k: first["settings"][k] for k in ("code_timeout", "code_workers", "limit_sources")},
         "machine": machine(),
-        "command": " ".join(
-            [*(f"PYTHONPATH={os.environ['PYTHONPATH']}" for _ in [0] if os.environ.get("PYTHONPATH")), "python", *sys.argv]
-        ),
+        "command": " ".join([*prefix, "python", *sys.argv]),
     }
     print(json.dumps(report, indent=2))
     if cli.output:

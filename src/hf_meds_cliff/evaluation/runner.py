@@ -630,6 +630,7 @@ def _score_code(
             store=session.store,
             stats=session.stats,
             progress=args.progress,
+            leave=args.samples is not None,  # generating: one bar per batch, under the generation bar
         )
     )
     programs_iter = iter(programs)

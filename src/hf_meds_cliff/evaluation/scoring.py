@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -130,6 +131,8 @@ def human_eval_result(status: str, error: str | None) -> str:
     message = exception_message(error)
     if message is not None:
         return f"failed: {message}"
+    if status == "wrong_answer":  # a failed assert the checker reported without a traceback: a bare AssertionError
+        return "failed: "
     reason = (error or "").strip().splitlines()
     return f"failed: {status}" + (f" ({reason[-1][:200]})" if reason else "")
 
@@ -138,6 +141,7 @@ def human_eval_result(status: str, error: str | None) -> str:
 # Verdicts kept as they come
 
 
+@functools.lru_cache(maxsize=1)
 def _scorer_source_digest() -> str:
     """A digest of the code package's sources: a verdict from other grading code is never reused."""
     from .. import code as code_package
@@ -241,6 +245,7 @@ def score_programs(
     stats: ScoringStats | None = None,
     progress: bool = True,
     description: str = "scoring",
+    leave: bool = True,
 ) -> list[dict[str, Any]]:
     """The verdict (:func:`verdict_of`) of each ``(program, tests)`` job, in job order.
 
@@ -282,7 +287,13 @@ def score_programs(
     done = sum(verdict is not None for verdict in verdicts)
     passed = sum(bool(verdict and verdict["passed"]) for verdict in verdicts)
     bar = tqdm(
-        total=len(jobs), initial=done, desc=description, unit="sample", file=sys.stderr, disable=not progress
+        total=len(jobs),
+        initial=done,
+        desc=description,
+        unit="sample",
+        file=sys.stderr,
+        disable=not progress,
+        leave=leave,
     )
 
     def show() -> None:
