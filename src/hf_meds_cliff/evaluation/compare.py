@@ -245,7 +245,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Compare finished `hf-meds-cliff eval` runs: pass@k side by side per benchmark, and each run's "
-        "difference from the first with a paired bootstrap 95%% CI over problems. Refuses runs on different "
+        "difference from the first with a paired bootstrap 95% CI over problems. Refuses runs on different "
         "benchmarks or problem sets.",
     )
     parser.add_argument(
