@@ -515,7 +515,7 @@ def svg_line_chart(
             f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{coordinates}">'
             f"<title>{esc(name)}</title></polyline>"
         )
-        if markers if markers is not None else len(points) <= 40:
+        if len(points) == 1 or (markers if markers is not None else len(points) <= 40):  # a lone point: a dot
             for x, y in points:
                 parts.append(
                     f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.2" fill="{colour}">'
@@ -726,6 +726,13 @@ def meds_section(data: RunData, max_prompts: int) -> str:
             "came from; the completions shown are the stored snippets nearest the cluster's centre.</p>"
         ),
     ]
+    from .meds.idle import explain_empty_memory
+
+    why_empty = explain_empty_memory(
+        data.log_history, memory.num_rows, sum(s["num_clusters"] for s in summaries)
+    )
+    if why_empty:
+        out.append(f'<p class="empty" id="meds-empty">{esc(why_empty)}</p>')
     if not has_snippets:
         out.append(
             '<p class="empty">This memory has no completion snippets (saved with '
@@ -782,7 +789,7 @@ def _prompt_block(summary: Mapping[str, Any], steps_axis: Sequence[int]) -> str:
                 [("rows", _growth(cluster.steps, steps_axis))], width=170, height=70, markers=False
             )
             if steps_axis
-            else ""
+            else '<span class="empty">no step recorded</span>'
         )
         snippets = (
             "".join(
