@@ -1179,10 +1179,13 @@ def skipped_section(data: RunData) -> str:
 def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 60) -> str:
     """The report's HTML (a complete, self-contained document)."""
     from . import __version__
+    from .report_collapse import collapse_section
 
+    collapse = collapse_section(metric_series(data.log_history), _chart_grid)
     sections = [
         skipped_section(data),
         curves_section(data),
+        collapse,
         meds_section(data, max_prompts),
         cliff_section(data, max_rollouts),
         judge_eval_section(data),
@@ -1190,6 +1193,8 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
         all_metrics_section(data),
     ]
     nav = [("curves", "Curves")]
+    if collapse:
+        nav.append(("collapse", "Error collapse"))
     if data.memory is not None:
         nav.append(("meds", "MEDS clusters"))
     if data.rollouts or data.cliff_state is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import textwrap
 import time
@@ -38,6 +39,7 @@ from .features import (
 )
 from .answer_memory import AnswerMemory
 from .memory import ErrorMemory, RowSnippet, answer_region
+from ..collapse import cluster_concentration
 from .idle import idle_warning, meds_idle
 from .shaping import shape_rewards, top1_eigen_ratio, uniform_correctness_rows
 
@@ -646,12 +648,26 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             float(uniform.view(-1, self.num_generations)[:, 0].float().mean()) if len(uniform) else 0.0
         )
         self._meds_log_idle(uniform, shaped_rows)
+        self._metrics["train"]["collapse/cluster_concentration"].append(
+            self._meds_wrong_cluster_concentration([keys[i] for i in rows if not is_correct[i]])
+        )
         process_slice = slice(
             self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
         )
         self._log_completion_extra("meds_cluster_size", cluster_sizes[process_slice].tolist())
         logger.debug("MEDS step: %d/%d rows with features (%s)", int(scored.sum()), len(keys), source)
         return penalties
+
+    def _meds_wrong_cluster_concentration(self, wrong_keys: list[str]) -> float:
+        """``collapse/cluster_concentration``: mean over the batch's prompts with at least 2 stored wrong completions
+        of the share of them in the prompt's largest cluster (:func:`~hf_meds_cliff.collapse.cluster_concentration`);
+        NaN when no prompt has 2."""
+        shares = []
+        for key in dict.fromkeys(wrong_keys):
+            labels = self.meds_memory.stored_labels((key, False))
+            if len(labels) >= 2:
+                shares.append(cluster_concentration(labels.tolist()))
+        return sum(shares) / len(shares) if shares else math.nan
 
     def _meds_log_idle(self, uniform: torch.Tensor, shaped_rows: torch.Tensor) -> None:
         """``meds/idle`` and ``meds/frac_rows_shapeable``; warn once when most groups are uniform and nothing
