@@ -15,6 +15,7 @@ from hf_meds_cliff.collapse import (
     cluster_concentration,
     collapse_stats,
     merge_counts,
+    wrong_answer_agreement,
     wrong_answer_counts,
 )
 
@@ -48,6 +49,14 @@ def test_collapse_stats_by_hand():
         1.0,
         0.0,
     )
+
+
+def test_wrong_answer_agreement_by_hand():
+    # 5, 5, 6, 9, 9, 9: pairs agreeing 2·1 + 3·2 = 8 of 6·5 = 30
+    assert wrong_answer_agreement(Counter({"5": 2, "6": 1, "9": 3})) == pytest.approx(8 / 30)
+    assert wrong_answer_agreement(Counter({"5": 4})) == 1.0
+    assert wrong_answer_agreement(Counter({"5": 1, "6": 1})) == 0.0
+    assert math.isnan(wrong_answer_agreement(Counter()))
 
 
 def test_merge_and_cluster_concentration_by_hand():

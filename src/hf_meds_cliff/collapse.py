@@ -62,6 +62,7 @@ __all__ = [
     "cluster_concentration",
     "collapse_stats",
     "merge_counts",
+    "wrong_answer_agreement",
     "wrong_answer_counts",
 ]
 
@@ -147,6 +148,24 @@ def collapse_stats(counts: Mapping[str, Counter]) -> dict[str, float]:
         "prompts_with_wrong": float(len(counters)),
         "wrong_rollouts": float(sum(sum(c.values()) for c in counters)),
     }
+
+
+def wrong_answer_agreement(counter: Counter) -> float:
+    """Probability that two different wrong rollouts of a prompt give the same answer (Simpson's index, unbiased):
+    ``Σ n_a (n_a − 1) / (n (n − 1))``; NaN below 2 wrong rollouts.
+
+    Unlike the number of distinct answers, its expectation does not depend on how many wrong rollouts there are, so
+    it does not fall just because a policy solves more problems (the SmolLM2 study's collapse measure).
+
+    >>> wrong_answer_agreement(Counter({"5": 3, "6": 1}))  # (3·2 + 0) / (4·3)
+    0.5
+    >>> wrong_answer_agreement(Counter({"5": 1}))
+    nan
+    """
+    total = sum(counter.values())
+    if total < 2:
+        return math.nan
+    return sum(n * (n - 1) for n in counter.values()) / (total * (total - 1))
 
 
 def cluster_concentration(labels: Sequence[int]) -> float:
