@@ -137,6 +137,7 @@ def test_trainer_warns_once_and_logs_idle_steps(toy_policy_path, tmp_path, caplo
     assert [r["meds/idle"] for r in logs] == [1.0, 1.0]
     assert [r["meds/frac_groups_uniform"] for r in logs] == [0.75, 0.75]
     assert all(r["meds/frac_rows_shapeable"] <= 0.25 for r in logs)  # at most the mixed group's 4 of 16 rows
+    assert all("collapse/cluster_concentration" in r for r in logs)  # the monitor's MEDS metric is logged
 
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="hf_meds_cliff.meds.trainer"):
