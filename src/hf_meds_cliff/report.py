@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .agentic_report import AGENTIC_CSS, agentic_rollout_html, is_agentic_record, mistake_label
+
 logger = logging.getLogger(__name__)
 
 REPORT_NAME = "report.html"
@@ -814,6 +816,9 @@ def _prompt_block(summary: Mapping[str, Any], steps_axis: Sequence[int]) -> str:
 
 def _rollout_text(record: Mapping[str, Any]) -> str:
     """The completion with its sentences coloured: correct prefix, first mistake, incorrect suffix."""
+    agentic = agentic_rollout_html(record)  # tool-calling rollouts: calls and environment replies set apart
+    if agentic is not None:
+        return agentic
     text = str(record.get("completion") or "")
     spans = [(int(a), int(b)) for a, b in record.get("sentences") or [] if 0 <= int(a) <= int(b) <= len(text)]
     mistake = record.get("first_mistake")
@@ -875,10 +880,10 @@ def _verdict(record: Mapping[str, Any]) -> tuple[str, str]:
     if agreed is True:
         cached = " (cached judgment)" if source == "cached" else ""
         unit = "unit" if record.get("domain") == "code" else "sentence"
-        return (
-            "agree",
-            f"first mistake at {unit} {record.get('first_mistake')}{_mistake_line(record)}{cached}",
-        )
+        where = f"{unit} {record.get('first_mistake')}{_mistake_line(record)}"
+        if is_agentic_record(record):
+            where = mistake_label(record)
+        return "agree", f"first mistake at {where}{cached}"
     if agreed is False:
         return "disagree", "teacher found no mistake in a verifier-wrong rollout (disagreement): p(a) = 0"
     statuses = ", ".join(record.get("teacher_statuses") or []) or "none"
@@ -1209,7 +1214,7 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
         "style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(data.run_dir.name)} · hf-meds-cliff report</title><style>{_CSS}</style></head><body>"
+        f"<title>{esc(data.run_dir.name)} · hf-meds-cliff report</title><style>{_CSS}{AGENTIC_CSS}</style></head><body>"
         f"<h1>{esc(data.method)} run <code>{esc(data.run_dir)}</code></h1>"
         f'<p class="note">hf-meds-cliff {esc(__version__)} report, generated {generated}. '
         "Static and offline: open "

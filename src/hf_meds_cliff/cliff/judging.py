@@ -21,9 +21,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..data import QWEN_MATH_INSTRUCTION
+from .agentic import is_agentic_units
 from .teachers.base import Judgment
 
 __all__ = [
+    "AGENTIC_CODE_JUDGE_SYSTEM_PROMPT",
+    "AGENTIC_JUDGE_SYSTEM_PROMPT",
     "CODE_INSTRUCTION",
     "CODE_JUDGE_SYSTEM_PROMPT",
     "DOMAINS",
@@ -149,8 +152,16 @@ def build_judge_messages(
     ``sentences`` are then the units of :func:`~hf_meds_cliff.cliff.split_code_units` and ``execution`` is what
     running the student's program showed (:func:`hf_meds_cliff.cliff.code_domain.describe_test_run`);
     ``execution`` is ignored on math.
+
+    A tool-calling rollout (a unit is a ``[tool call]``, see :mod:`hf_meds_cliff.cliff.agentic`) gets the agentic
+    form of the domain's prompt (:data:`AGENTIC_JUDGE_SYSTEM_PROMPT`, :data:`AGENTIC_CODE_JUDGE_SYSTEM_PROMPT`): the
+    same rules, plus what a unit is and that a wrong action can be the first mistake and an environment reply never
+    is. Every other rollout gets the single-turn prompt, unchanged.
     """
     check_domain(domain)
+    if reference is not None and not isinstance(sentences, str) and is_agentic_units(sentences):
+        _check_rollout_units(sentences, "split_agentic_rollout")
+        return _build_agentic_judge_messages(problem, reference, sentences, domain, execution)
     if domain == "code":
         return _build_code_judge_messages(problem, reference, sentences, execution)
     for name, value in (("problem", problem), ("reference", reference)):
@@ -311,6 +322,139 @@ def _build_code_judge_messages(
         last=len(units) - 1,
     )
     return [{"role": "system", "content": CODE_JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+# --- agentic (tool-calling) rollouts -------------------------------------------------------------------
+
+_AGENTIC_UNITS = """\
+The student worked as an agent: it could call tools, and the environment answered each call. Its \
+rollout is split into numbered units [0], [1], [2], ...: each sentence the student wrote is one unit, and \
+each tool call (the tool's name and its arguments together) is one unit, shown as \
+[tool call] name {arguments}. Under a tool call, lines marked [environment: name] show what the \
+environment returned. They are not the student's work and have no id of their own."""
+
+_AGENTIC_RULES = """\
+Agentic rules:
+A. The first mistake may be an action: calling the wrong tool (or a tool that does not exist), passing \
+wrong arguments, or acting on a tool result wrongly (misreading it, copying a different value, or \
+ignoring an error the environment reported). Mark the id of that tool call or sentence.
+B. Never mark the environment's replies. If the environment returned an error or a surprising value, the \
+mistake is the student's unit that caused it or that used it wrongly, not the reply.
+C. A correct tool call whose result the student uses correctly is not a mistake, even when the step \
+could have been done without a tool. Do not penalise an extra call that changes nothing the answer \
+depends on."""
+
+AGENTIC_JUDGE_SYSTEM_PROMPT = f"""\
+You are a meticulous grader of step-by-step math solutions. You receive a problem, a verified \
+reference solution, and a student's solution. {_AGENTIC_UNITS}
+
+Your task: decide whether the student's final answer is correct, and find the FIRST unit that \
+contains a genuine mistake (the "pitfall step").
+
+Rules:
+1. A final answer that matches the reference answer is correct unless the solution contains an \
+irrefutable, fatal error.
+2. Do not penalise a different but valid method, algebraically equivalent rewrites, or notation \
+differences. The reference shows one correct route, not the only one.
+3. Do not penalise a failed attempt or a slip that the student later notices and corrects; judge \
+the reasoning the student finally relies on.
+4. Reasoning or actions that get stuck, loop, repeat themselves without progress, or degenerate into \
+gibberish count as a mistake at the unit where they start.
+5. Mark only the first genuine mistake: an error in computation, logic, a false claim, a \
+misreading of the problem, a wrong action, or an unjustified final answer. Later units that merely \
+build on it do not matter.
+
+{_AGENTIC_RULES}
+
+First explain your reasoning briefly. Then end your reply with exactly one JSON object on its own \
+line, with no text after it:
+{{"final_answer_correct": true or false, "first_mistake": <the id of the first unit with a \
+mistake, or -1 if there is no mistake>}}"""
+"""The math judge's system prompt for a tool-calling rollout (chosen when a unit is a tool call)."""
+
+AGENTIC_CODE_JUDGE_SYSTEM_PROMPT = f"""\
+You are a meticulous reviewer of solutions to programming problems. You receive a problem, a verified \
+reference program that passes all of the problem's tests, the student's answer, and the result of \
+running the student's program on the tests. {_AGENTIC_UNITS} Each non-blank line of code the student \
+wrote is one unit too.
+
+Your task: decide whether the student's program is correct, and find the FIRST unit that contains a \
+genuine mistake (the "pitfall step").
+
+Rules:
+1. A program that passes the tests is correct unless it contains an irrefutable, fatal error.
+2. Do not penalise a different but valid algorithm, equivalent rewrites (other names, other loops, other \
+library calls), or style. The reference shows one correct program, not the only one.
+3. Do not penalise an attempt or a slip that the student later notices and corrects; judge the code, \
+actions and reasoning the student finally relies on.
+4. Output or actions that get stuck, loop, repeat themselves without progress, or degenerate into \
+gibberish count as a mistake at the unit where they start.
+5. Mark only the first genuine mistake: a wrong formula or condition, an off-by-one, a misread input or \
+output format, a missing case, an algorithm too slow for the limits, a wrong claim the code then \
+follows, or a wrong action. Later units that merely build on it do not matter.
+6. Use the test result and what the environment returned (for example a program run through a tool): \
+they point to the mistake; trace the program to find the unit where it first goes wrong.
+
+{_AGENTIC_RULES}
+
+First explain your reasoning briefly. Then end your reply with exactly one JSON object on its own line, \
+with no text after it:
+{{"final_answer_correct": true or false, "first_mistake": <the id of the first unit with a mistake, or -1 \
+if there is no mistake>}}"""
+"""The code judge's system prompt for a tool-calling rollout (chosen when a unit is a tool call)."""
+
+_AGENTIC_JUDGE_USER_TEMPLATE = """\
+## Problem
+{problem}
+
+## Verified reference solution
+{reference}
+
+## Student rollout ({count} units, numbered from 0; environment replies are not units)
+{numbered}
+
+Find the first mistaken unit (sentence or tool call) of the student rollout. Give your reasoning, then \
+the JSON object {{"final_answer_correct": ..., "first_mistake": ...}} (first_mistake is a unit id from 0 \
+to {last}, or -1 if there is no mistake)."""
+
+_AGENTIC_CODE_JUDGE_USER_TEMPLATE = """\
+## Problem
+{problem}
+
+## Verified reference program
+{reference}
+
+## Student rollout ({count} units, numbered from 0; environment replies are not units)
+{numbered}
+
+## Result of running the student's program
+{execution}
+
+Find the first mistaken unit (sentence, line of code or tool call) of the student rollout. Give your \
+reasoning, then the JSON object {{"final_answer_correct": ..., "first_mistake": ...}} (first_mistake is a \
+unit id from 0 to {last}, or -1 if there is no mistake)."""
+
+
+def _build_agentic_judge_messages(
+    problem: str, reference: str, units: Sequence[str], domain: str, execution: str | None
+) -> list[dict[str, str]]:
+    """The judge's messages for a tool-calling rollout (units of :func:`~hf_meds_cliff.cliff.agentic.split_agentic_rollout`)."""
+    for name, value in (("problem", problem), ("reference", reference)):
+        if not isinstance(value, str):
+            raise TypeError(f"`{name}` must be a str, got {type(value).__name__}: {value!r:.80}")
+    values = {
+        "problem": problem.strip(),
+        "reference": reference.strip(),
+        "count": len(units),
+        "numbered": format_numbered_units(units),
+        "last": len(units) - 1,
+    }
+    if domain == "code":
+        values["execution"] = (execution or "Not available: judge the program by reading it.").strip()
+        system, user = AGENTIC_CODE_JUDGE_SYSTEM_PROMPT, _AGENTIC_CODE_JUDGE_USER_TEMPLATE.format(**values)
+    else:
+        system, user = AGENTIC_JUDGE_SYSTEM_PROMPT, _AGENTIC_JUDGE_USER_TEMPLATE.format(**values)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 # --- parsing -----------------------------------------------------------------------------------

@@ -27,12 +27,14 @@ from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
+from ..agentic import policy_token_mask
 from .advantages import (
     cliff_token_advantages,
     first_mistake_token_positions,
     group_normalised_advantages,
     teacher_outcome_rewards,
 )
+from .agentic import AgenticRollout, AgenticSplit, split_agentic_rollout
 from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
 from .config import CliffConfig
 from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
@@ -129,8 +131,13 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
     ``teacher_says_wrong_verifier_right``, ``teacher_verdict_fallbacks`` (rollouts without a usable verdict, which keep
     the verifier's reward).
 
-    Limitations: multi-turn tool masks are not used for ``b`` (the completion mask is); the group baseline ``b``
-    uses ``completion_mask`` after TRL's ``mask_truncated_completions``.
+    Tool-calling rollouts (``tools=`` / ``environment_factory=``, see ``docs/agents.md`` and
+    :mod:`hf_meds_cliff.cliff.agentic`): the teacher numbers each assistant sentence and each tool call (name and
+    arguments, one unit) and sees the environment's replies as labelled context, never as units; the incorrect suffix
+    starts at the first token of the first wrong sentence or action; tool-output tokens get no advantage and the group
+    baseline ``b`` is the mean over the policy's tokens (``completion_mask * tool_mask``).
+
+    Limitations: the group baseline ``b`` uses ``completion_mask`` after TRL's ``mask_truncated_completions``.
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "cliff", "hf-meds-cliff"]
@@ -221,7 +228,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         self.cliff_judge = CliffJudge(
             teacher,
             verify=reference_verifier,
-            split=split_code_units if self.cliff_domain == "code" else split_sentences,
+            # Tool-calling rollouts are numbered by their registered units (sentences and tool calls), others as before.
+            split=AgenticSplit(split_code_units if self.cliff_domain == "code" else split_sentences),
             describe_failure=code_runner.describe_failure if code_runner is not None else None,
             checks_in_threads=code_runner is not None,
             reference_filter=args.cliff_reference_filter,
@@ -250,6 +258,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             correctness = rewards_per_func[:, self.args.cliff_correctness_reward_index]
             check_trainer_correctness_reward(self, correctness.float().cpu().tolist())
         self._cliff_pending = (inputs, prompts, completion_ids_list, rewards_per_func)
+        self._cliff_pending_messages = completions  # parsed turns of tool-calling rollouts (cliff.agentic)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -286,6 +295,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         is_correct = correctness >= args.cliff_correctness_threshold  # False on NaN
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
+        agentic = self._cliff_agentic_rollouts(output, completion_ids_list)
+        if agentic is not None:  # the teacher sees the transcript: units, and the environment's replies as context
+            texts = [rollout.transcript for rollout in agentic]
         if self.cliff_domain == "code":
             ground_truths = [code_ground_truth(row, self.cliff_tests_column) for row in inputs]
         else:
@@ -315,6 +327,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             group_ids=group_ids.tolist(),
         )
         self._check_rule_teacher_reads(rows.problems)
+        self._cliff_register_agentic(agentic, world_size)
         outcome = self.cliff_judge.process_step(rows, rank=rank, world_size=world_size, gather=gather_object)
         self.cliff_last_outcome = outcome
         judged_at = time.perf_counter()
@@ -343,11 +356,18 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
 
         # Sentence index -> token index for this process's rows; then all rows, for the group baselines.
         local = slice(rank * local_count, (rank + 1) * local_count)
-        local_suffix = first_mistake_token_positions(
-            self._tokenizer, completion_ids_list, texts, outcome.first_mistake[local], self.cliff_judge.split
-        )
+        if agentic is not None:  # a unit index -> the token where that sentence or tool call starts
+            local_suffix = [
+                0 if mistake is None or mistake <= 0 else rollout.token_starts[mistake]
+                for rollout, mistake in zip(agentic, outcome.first_mistake[local])
+            ]
+        else:
+            local_suffix = first_mistake_token_positions(
+                self._tokenizer, completion_ids_list, texts, outcome.first_mistake[local], self.cliff_judge.split
+            )
         suffix_start = torch.tensor(local_suffix, dtype=torch.long, device=device)
-        completion_mask = output["completion_mask"]
+        # Multi-turn: tool-output tokens get no advantage and stay out of the baseline b (TRL's tool_mask).
+        completion_mask = policy_token_mask(output["completion_mask"], output.get("tool_mask"))
         if world_size > 1:
             suffix_start = accelerator.gather(suffix_start)
             completion_mask = accelerator.gather(
@@ -377,6 +397,28 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         if args.cliff_outcome == "teacher":  # the paper's GRPO with Teacher: one advantage per rollout
             return self._teacher_outcome_advantages(outcome, rows, rewards_per_func, is_correct, group_ids)[local]
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
+
+    def _cliff_agentic_rollouts(self, output, completion_ids_list) -> list[AgenticRollout] | None:
+        """This process's tool-calling rollouts split into units (:mod:`hf_meds_cliff.cliff.agentic`); ``None``
+        for a single-turn batch (no ``tool_mask``)."""
+        tool_mask = output.get("tool_mask")
+        if tool_mask is None:
+            return None
+        messages = getattr(self, "_cliff_pending_messages", None) or [None] * len(completion_ids_list)
+        split_prose = split_code_units if self.cliff_domain == "code" else split_sentences
+        return [
+            split_agentic_rollout(self._tokenizer, ids, mask, turns, split_prose)
+            for ids, mask, turns in zip(completion_ids_list, tool_mask.tolist(), messages)
+        ]
+
+    def _cliff_register_agentic(self, agentic: list[AgenticRollout] | None, world_size: int) -> None:
+        """Give the judge's splitter the units of every process's tool-calling rollouts of this step."""
+        split = self.cliff_judge.split
+        if not isinstance(split, AgenticSplit):
+            return
+        local = [(r.transcript, r.spans) for r in agentic] if agentic is not None else []
+        entries = gather_object(local) if world_size > 1 else local
+        split.register_spans([text for text, _ in entries], [spans for _, spans in entries])
 
     def _teacher_outcome_advantages(
         self, outcome: StepOutcome, rows: StepRows, rewards_per_func, is_correct, group_ids

@@ -37,6 +37,7 @@ from .features import (
     resolve_decoder,
     select_layers,
 )
+from .agentic import AGENTIC_ANSWER_OUTSIDE_FINAL_TURN, AGENTIC_NO_ANSWER, locate_final_turn_answers
 from .answer_memory import AnswerMemory
 from .memory import ErrorMemory, RowSnippet, answer_region
 from ..collapse import cluster_concentration
@@ -140,7 +141,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
       reward models with their own tokenizers included), builds the :class:`ErrorMemory`, resolves the decoder
       layers.
     * ``_generate``: keeps the prompt token ids of the batch (to build feature inputs) and locates the
-      answer token of each completion.
+      answer token of each completion; on tool-calling rollouts (TRL's ``tool_mask``) in the final assistant
+      turn only (:mod:`hf_meds_cliff.meds.agentic`; rollouts without one counted as ``meds/agentic_no_answer`` and
+      ``meds/agentic_answer_outside_final_turn``, see ``docs/agents.md``).
     * ``_get_per_token_logps_and_entropies``: when TRL runs its no-grad old-log-prob forward before
       the rewards (``gradient_accumulation_steps`` not a multiple of ``steps_per_generation ×
       num_iterations``, or vLLM importance-sampling correction), the features are captured from that
@@ -307,6 +310,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
     def _generate(self, prompts: list):
         outputs = super()._generate(prompts)
         self._meds_prompt_ids = [list(ids) for ids in outputs[0]]
+        self._meds_tool_masks = outputs[2]  # tool-calling rollouts: the answer is looked for in the final turn
         self._meds_captured_logits = None
         self._meds_capture = None
         if self.model.training:
@@ -364,9 +368,16 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         captured from that forward would describe masked tokens, and shaping a rollout that is not trained on
         is pointless, so such a completion gets no feature (and never enters the memory) on either path.
         """
-        locations = locate_answer_tokens(
-            completion_ids_list, self.processing_class, rule=self.args.meds_answer_token
-        )
+        tool_masks = getattr(self, "_meds_tool_masks", None)
+        self._meds_agentic_statuses = None
+        if tool_masks is not None and len(tool_masks) == len(completion_ids_list):
+            locations, self._meds_agentic_statuses = locate_final_turn_answers(
+                completion_ids_list, tool_masks, self.processing_class, rule=self.args.meds_answer_token
+            )
+        else:
+            locations = locate_answer_tokens(
+                completion_ids_list, self.processing_class, rule=self.args.meds_answer_token
+            )
         if self.args.mask_truncated_completions:
             eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
             locations = [
@@ -395,6 +406,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         tokenizer that splits ``\\boxed{`` unlike Qwen's, or truncated boxed completions under
         ``mask_truncated_completions``)."""
         metrics = self._metrics["train"]
+        self._meds_log_agentic()
         num = len(rule_codes)
         decoded_name = "decoded_fallback" if self.args.meds_answer_token == "auto" else "decoded"
         located_reference = int((rule_codes == RULE_CODES["reference"]).sum())
@@ -414,6 +426,22 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                     "split \\boxed{ unlike Qwen's. Warned once; see meds/frac_boxed_without_feature.",
                     boxed_without, boxed, self.args.meds_answer_token, self.args.mask_truncated_completions,
                 )  # fmt: skip
+
+    def _meds_log_agentic(self) -> None:
+        """On tool-calling batches, ``meds/agentic_no_answer`` and ``meds/agentic_answer_outside_final_turn``: the
+        rollouts of the step (all processes) whose final assistant turn has no answer token, without and with a
+        ``\\boxed{}`` elsewhere (tool output or an earlier turn). Such rollouts get no feature and no penalty."""
+        statuses = getattr(self, "_meds_agentic_statuses", None)
+        if statuses is None:
+            return
+        local = torch.tensor(
+            [[s == AGENTIC_NO_ANSWER, s == AGENTIC_ANSWER_OUTSIDE_FINAL_TURN] for s in statuses] or [[0, 0]],
+            dtype=torch.float32,
+            device=self.accelerator.device,
+        ).sum(dim=0, keepdim=True)
+        totals = self.accelerator.gather(local).sum(dim=0).tolist()
+        self._metrics["train"]["meds/agentic_no_answer"].append(totals[0])
+        self._metrics["train"]["meds/agentic_answer_outside_final_turn"].append(totals[1])
 
     def _meds_num_chunks(self, num_rows: int, batch_size: int) -> int:
         """Forward chunks of the own feature forward, agreed over the ranks (the maximum of theirs).

@@ -86,12 +86,19 @@ class RuleBasedToyTeacher:
         return self._judge_units(problem, units)
 
     def _judge_units(self, problem: str, sentences: list[str]) -> Judgment:
-        """The judgment of a non-empty rollout (``judge`` has counted the call)."""
+        """The judgment of a non-empty rollout (``judge`` has counted the call); a tool-calling rollout (a unit is a
+        tool call) is judged by :func:`hf_meds_cliff.toy.agentic.first_wrong_action`, the calculator world's rule."""
         from hf_meds_cliff.toy import first_mistake_index
 
-        completion = _join_sentences(sentences)
+        from ..agentic import is_agentic_units
+
         try:
-            first_mistake = first_mistake_index(problem, completion)
+            if is_agentic_units(sentences):
+                from hf_meds_cliff.toy.agentic import first_wrong_action
+
+                first_mistake = first_wrong_action(problem, sentences)
+            else:
+                first_mistake = first_mistake_index(problem, _join_sentences(sentences))
         except (ValueError, TypeError) as error:
             self.counters["failures/parse_error"] += 1
             return Judgment(None, None, "parse_error", f"{type(error).__name__}: {error}")
