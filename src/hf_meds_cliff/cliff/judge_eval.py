@@ -332,7 +332,7 @@ def _new_sampled_steps(text: str, seen: set[str]) -> list[str] | None:
     """The sentences of a sampled completion (:func:`~hf_meds_cliff.cliff.split_sentences`, the units the Cliff
     trainer numbers), recording ``text`` in ``seen``; None for a completion already seen, without sentences, or
     with a blank one."""
-    from .sentences import split_sentences
+    from ..sentences import split_sentences
 
     steps = [text[start:end] for start, end in split_sentences(text)]
     if text in seen or not steps or any(not step.strip() for step in steps):
@@ -429,7 +429,7 @@ def qwen_world_first_mistake(problem: Any, completion: str) -> int | None:
     its mistake at its last sentence and an empty one at 0. Sentences are those of
     :func:`~hf_meds_cliff.cliff.split_sentences`.
     """
-    from .sentences import split_sentences
+    from ..sentences import split_sentences
 
     def sentences_of(text: str) -> list[str]:
         return [" ".join(text[start:end].split()) for start, end in split_sentences(text)]

@@ -32,7 +32,7 @@ from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain
 from .config import CliffConfig
 from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
-from .sentences import split_code_units, split_sentences
+from ..sentences import split_code_units, split_sentences
 from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)

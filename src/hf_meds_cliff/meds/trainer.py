@@ -17,11 +17,10 @@ from trl.trainer.utils import get_callable_name
 
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
-from ..cliff.code_domain import is_code_reward
-from ..cliff.protocol import problem_text
+from ..code.reward import is_code_reward
 from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
-from ..data import prompt_keys
+from ..data import problem_text, prompt_keys
 from ..model_card import MethodModelCardMixin
 from ..rewards.extraction import extract_final_answer
 from .config import MEDSConfig

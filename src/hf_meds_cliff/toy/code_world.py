@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.estimators import pass_at_k
+from ..estimators import pass_at_k
 from .code_checker import UndecidableProgram, trace_program
 from .code_task import CodeProblem, CodeWorldConfig, iter_code_problems
 from .model import ToyModelConfig, build_toy_model

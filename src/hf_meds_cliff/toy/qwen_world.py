@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data import QWEN_MATH_INSTRUCTION, build_prompt
-from ..evaluation.estimators import pass_at_k
+from ..estimators import pass_at_k
 from ..rewards.extraction import extract_boxed_answer
 from .model import ToyModelConfig, build_toy_model, seeded_qwen3, toy_generation_config
 from .warmup import (

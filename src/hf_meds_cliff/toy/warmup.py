@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.estimators import pass_at_k
+from ..estimators import pass_at_k
 from .model import ToyModelConfig, build_toy_model, toy_generation_config
 from .task import ToyProblem, ToyTaskConfig, iter_problems
 from .tokenizer import TOKENIZER_VERSION, build_toy_tokenizer
