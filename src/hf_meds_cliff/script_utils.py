@@ -551,6 +551,13 @@ def run_training(trainer_cls: type, script_args, training_args, model_args, **tr
     trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
     if trainer.accelerator.is_main_process:
         _warn_if_a_checkpoint_may_not_fit(trainer)
+    if checkpoint is not None and hasattr(trainer, "_resume_method_files"):
+        # the trainer's own rule (CheckpointSafetyMixin) also skips a checkpoint whose method state is gone
+        from .checkpointing import resolve_resume_checkpoint
+
+        checkpoint = resolve_resume_checkpoint(
+            training_args.resume_from_checkpoint, training_args.output_dir, trainer._resume_method_files()
+        )
     _TRAINING_STARTED.set()  # from here on an error keeps its traceback (run_script)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)

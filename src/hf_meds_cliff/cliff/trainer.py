@@ -505,6 +505,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             write_json_atomically(folder / TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
         super()._save_checkpoint(model, trial)
 
+    def _resume_method_files(self) -> tuple[str, ...]:
+        # resume_from_checkpoint=True skips a checkpoint whose judge caches are gone (unless empty ones are allowed)
+        return () if self.args.cliff_allow_missing_state_on_resume else (CLIFF_STATE_NAME,)
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
