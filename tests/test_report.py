@@ -212,6 +212,7 @@ needs_browser = pytest.mark.skipif(
 
 
 @needs_browser
+@pytest.mark.browser
 def test_made_report_draws_in_a_real_browser(made_run, tmp_path):
     dom = assert_draws_without_errors(write_report(made_run))
     assert dom.count("<svg") >= 5 and '<details class="prompt"' in dom
@@ -276,6 +277,7 @@ def test_reports_of_short_toy_runs(short_toy_runs):
 
 @pytest.mark.slow
 @needs_browser
+@pytest.mark.browser
 def test_reports_of_short_toy_runs_draw_in_a_real_browser(short_toy_runs):
     for run in short_toy_runs:
         if not (run / "report.html").exists():  # this test alone: write the page first
