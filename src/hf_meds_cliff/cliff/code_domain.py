@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..code.reward import is_code_reward  # noqa: F401 - its home is the code room; re-exported here
+from ..code.reward import is_code_reward  # its home is the code room; re-exported here
 
 logger = logging.getLogger(__name__)
 

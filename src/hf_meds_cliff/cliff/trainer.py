@@ -27,12 +27,12 @@ from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
+from ..sentences import split_code_units, split_sentences
 from .advantages import cliff_token_advantages, first_mistake_token_positions
 from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
 from .config import CliffConfig
 from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
-from ..sentences import split_code_units, split_sentences
 from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)
