@@ -24,7 +24,7 @@ def _test_flags() -> dict[str, str]:
 
 def _docs_flags() -> dict[str, str]:
     text = (ROOT / "docs" / "real_model.md").read_text()
-    shared = re.search(r'^W="(.*?)"$', text, re.S | re.M)
+    shared = re.search(r'^W="(.*?)"$', text, re.DOTALL | re.MULTILINE)
     assert shared, "docs/real_model.md: no W=\"...\" block of shared flags"
     words = shlex.split(shared.group(1).replace("\\\n", " "))
     return dict(zip(words[::2], words[1::2]))

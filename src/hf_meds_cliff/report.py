@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as _datetime
 import html
+import itertools
 import json
 import logging
 import math
@@ -1007,12 +1008,12 @@ def eval_command_hint(run_dir: Path) -> str:
         card = (run_dir / "README.md").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         card = ""
-    block = re.search(r"### Reproduce\s*```bash\n(.*?)\n```", card, re.S)
+    block = re.search(r"### Reproduce\s*```bash\n(.*?)\n```", card, re.DOTALL)
     try:
         words = shlex.split(block.group(1)) if block else []
     except ValueError:  # an edited card: fall back to the defaults
         words = []
-    for flag, value in zip(words, words[1:]):
+    for flag, value in itertools.pairwise(words):
         if flag.startswith("--"):
             flags.setdefault(flag, value)
     dataset = flags.get("--dataset_name", "toy")
