@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
+import sys
 import time
 
 import torch
@@ -32,6 +34,34 @@ def one_pass(model, input_ids, new_tokens: int, seed: int) -> tuple[float, float
     model(output, labels=output).loss.backward()
     model.zero_grad(set_to_none=True)
     return generate_s, time.perf_counter() - start
+
+
+def machine() -> dict:
+    """What the numbers depend on: CPU model and its bf16-related flags, cores, torch and transformers versions, and
+    the command (the first data file of this benchmark recorded none of them)."""
+    import os
+
+    import transformers
+
+    model, flags = platform.processor(), []
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "cpu_flags_bf16": sorted(f for f in flags if "bf16" in f or f.startswith(("amx", "avx512f", "avx2"))),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+    }
 
 
 def main() -> None:
@@ -71,6 +101,7 @@ def main() -> None:
         "all_times": times,
         "torch_threads": torch.get_num_threads(),
         "settings": vars(args),
+        "machine": machine(),
     }
     print(json.dumps(result, indent=2))
 

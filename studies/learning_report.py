@@ -42,6 +42,22 @@ from study_common import (
 )
 
 READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
+
+STAGE3_ERRATA = {
+    "grpo_teacher_paper": (
+        "**Erratum (issue 41, written after the runs; the pre-registered text above is left as committed).** "
+        "`grpo_teacher_paper` was not GRPO with Teacher as the paper describes it: it was GRPO by construction. "
+        "`cliff_split_credit=False, cliff_recentre=False` gives every rollout the verifier's sequence advantage, so "
+        "the teacher's output was thrown away, and a teacher that disagreed with the verifier would have been "
+        "overruled. In the paper's ablation the teacher's verdict decides right or wrong, one advantage per rollout "
+        "(the library now has it: `CliffConfig(cliff_outcome=\"teacher\")`). So the arm's data stand as GRPO's (the "
+        "check below found it identical to `grpo` in all 8 seeds), H9 tested Cliff − GRPO, and stage 3 says nothing "
+        "about the paper's GRPO with Teacher. Whether that would have differed here is not known: the exact rule "
+        "teacher agrees with the verifier on every wrong rollout, but the paper's mode also asks it about "
+        "verifier-right rollouts, where it can find a wrong step before a right final answer."
+    ),
+}
+"""Errata to stage 3's pre-registered arms, shown beside them (the pre-registered text itself is not changed)."""
 PAIRS = (
     ("dapo", "grpo"),
     ("meds", "dapo"),
@@ -268,12 +284,17 @@ def stage3_rules_section() -> str:
     for arm in STAGE3_ARMS:
         overrides = ", ".join(f"`{k}={v!r}`" for k, v in arm.overrides) or "–"
         overlong = "on" if arm.overlong else "off"
-        lines.append(f"| `{arm.name}` | {arm.method} | {overrides} | {overlong} | {arm.why} |")
+        erratum = " *(see the erratum below the table)*" if arm.name in STAGE3_ERRATA else ""
+        lines.append(f"| `{arm.name}` | {arm.method} | {overrides} | {overlong} | {arm.why}{erratum} |")
+    lines += [""] + [STAGE3_ERRATA[arm.name] for arm in STAGE3_ARMS if arm.name in STAGE3_ERRATA]
     lines += ["", "Hypotheses (held-out pass@1 on the test set; the family of Holm's correction):", ""]
     lines += ["| | comparison | predicted | hypothesis |", "|---|---|---|---|"]
     for h in STAGE3_HYPOTHESES:
         sign = "arm > baseline" if h.direction > 0 else "arm < baseline"
-        lines.append(f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {h.statement}. |")
+        erratum = (
+            " *(erratum above: the arm was GRPO)*" if STAGE3_ERRATA.keys() & {h.arm, h.baseline} else ""
+        )
+        lines.append(f"| {h.name} | `{h.arm}` − `{h.baseline}` | {sign} | {h.statement}.{erratum} |")
     checks = ", ".join(f"`{a}` − `{b}`" for a, b in STAGE3_CHECKS)
     lines += [
         "",

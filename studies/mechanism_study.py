@@ -24,8 +24,10 @@ Methods, all with the same steps, prompts per step, rollouts per prompt, learnin
   cap is reached at cluster size 7, so penalties of a large memory become equal and cancel under group scaling;
   beta 1.0 moves the cap beyond any cluster size this study can reach).
 - ``cliff``: Cliff on the GRPO settings, exact rule teacher, lambda 0.
-- ``grpo_teacher``: the Cliff paper's "GRPO with Teacher" ablation: the same teacher protocol and group baseline,
-  but every token of an incorrect rollout gets the same advantage (``cliff_split_credit=False``).
+- ``grpo_teacher``: meant as the Cliff paper's "GRPO with Teacher" ablation: the same teacher protocol and group
+  baseline, but every token of an incorrect rollout gets the same advantage (``cliff_split_credit=False``). Erratum
+  (issue 41): that ignores the teacher's output (GRPO minus the group's token mean b); the paper's ablation is
+  ``CliffConfig(cliff_outcome="teacher")``.
 
 Each run writes ``<output_dir>/runs/<method>-seed<seed>.json`` as soon as it ends (a ``seed`` field included), so an
 interrupted study resumes where it stopped.

@@ -104,8 +104,17 @@ def test_generic_layout_matches_by_id_or_text_and_reports_unmatched_ids(tmp_path
         {"problem_id": "not-a-toy-problem", "completion": "\\boxed{3}"},
     ]
     samples = write_jsonl(tmp_path / "mine.jsonl", lines)
+    # incomplete (a problem without samples) and unmatched (line 4): refused, naming both, unless --allow_incomplete
+    with pytest.raises(
+        ValueError,
+        match=r"is incomplete for --benchmarks toy: 1 of 3 problems of toy have no samples \(toy-.*\).*"
+        r"1 of 5 samples match no problem of toy \(.*mine.jsonl:4 'not-a-toy-problem'\).*--allow_incomplete",
+    ):
+        run_evaluation(_samples_args(tmp_path, samples, ["toy"], max_problems=3))
     with caplog.at_level(logging.WARNING):
-        summary = run_evaluation(_samples_args(tmp_path, samples, ["toy"], max_problems=3))
+        summary = run_evaluation(
+            _samples_args(tmp_path, samples, ["toy"], max_problems=3, allow_incomplete=True)
+        )
     records = _records(tmp_path / "scored")
     assert [(r["problem_id"], r["correct"]) for r in records] == [
         (problems[0].problem_id, True),
@@ -124,9 +133,9 @@ def test_generic_layout_matches_by_id_or_text_and_reports_unmatched_ids(tmp_path
     assert info["problems_without_samples"] == 1
     assert (
         "1 of 5 samples match no problem of toy" in caplog.text
-        and "line 4 'not-a-toy-problem'" in caplog.text
+        and "mine.jsonl:4 'not-a-toy-problem'" in caplog.text
     )
-    assert "1 of 3 problems have no samples" in caplog.text
+    assert "1 of 3 problems of toy have no samples" in caplog.text
 
     nothing = write_jsonl(tmp_path / "other.jsonl", [{"problem_id": "x1", "completion": "\\boxed{1}"}])
     with pytest.raises(ValueError, match=r"None of the 1 samples .* matches a problem of --benchmarks toy"):
@@ -138,13 +147,25 @@ def test_malformed_samples_are_named_by_line(tmp_path):
     path.write_text(
         '{"task_id": "HumanEval/0", "completion": "    return 1\\n"}\n\n{"task_id": "HumanEval/1", "comp\n'
     )
-    with pytest.raises(ValueError, match=r"samples.jsonl, line 3: not a JSON object"):
+    with pytest.raises(ValueError, match=r"samples.jsonl:3: not a JSON object"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     path.write_text('{"task_id": "HumanEval/0", "completion": "x"}\n{"problem_id": "1", "completion": "x"}\n')
-    with pytest.raises(ValueError, match=r"line 2: not a human_eval entry \(needs task_id and completion"):
+    with pytest.raises(
+        ValueError, match=r"samples.jsonl:2: missing key 'task_id'; a human_eval entry needs task_id and completion"
+    ):
+        run_evaluation(_samples_args(tmp_path, path, ["toy"]))
+    # issue 42: a null solution and no completion, on line 3 (before: "missing key 'completion'", no file, no line)
+    path.write_text(
+        '{"task_id": "HumanEval/0", "completion": "x"}\n{"task_id": "HumanEval/0", "completion": "y"}\n'
+        '{"task_id": "HumanEval/1", "solution": null}\n'
+    )
+    with pytest.raises(ValueError, match=r"samples.jsonl:3: missing key 'completion' \('solution' is null\)"):
+        run_evaluation(_samples_args(tmp_path, path, ["toy"]))
+    path.write_text('{"solution": null}\n{"solution": null}\n')
+    with pytest.raises(ValueError, match=r"samples.jsonl:1: no known layout fits"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     path.write_text('{"task_id": "HumanEval/0", "completion": 3}\n')
-    with pytest.raises(ValueError, match=r"line 1: completion must be a string"):
+    with pytest.raises(ValueError, match=r"samples.jsonl:1: completion must be a string"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     path.write_text('{"task_id": "HumanEval/0", "completion": "    return 1\\n"}\n')
     with pytest.raises(
@@ -152,7 +173,7 @@ def test_malformed_samples_are_named_by_line(tmp_path):
     ):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     path.write_text('{"id": 1, "text": "x"}\n')
-    with pytest.raises(ValueError, match=r"line 1: no known layout fits"):
+    with pytest.raises(ValueError, match=r"samples.jsonl:1: no known layout fits"):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
     with pytest.raises(ValueError, match="is the samples.jsonl this run would write"):
         _samples_args(tmp_path, path, ["toy"], output_dir=str(tmp_path))
@@ -290,11 +311,14 @@ def test_openai_backend_resumes_per_sample_after_a_request_failed_for_good(tmp_p
     with LoopbackChatServer(ScriptedServer(answers, fail_first=False, always_fail={stuck})) as server:
         args = _openai_args(tmp_path, server.base_url, samples_per_request=False)
         with pytest.raises(
-            OpenAIGenerationError, match=r"2 request\(s\) .* failed after 1 retries.*http_error: 2"
+            OpenAIGenerationError,
+            match=r"2 request\(s\) .* failed after 1 retries.*http_error: 2.*The 4 samples generated so far are kept",
         ):
-            run_evaluation(args, backend=_fast_backend(args, max_retries=1))
+            # one request at a time: two problems a call, so the stuck problem fails in a later call than the
+            # samples kept (the message counts every kept sample, not only its own call's)
+            run_evaluation(args, backend=_fast_backend(args, max_retries=1, max_concurrency=1))
     cache = [json.loads(line) for line in (tmp_path / "run" / OPENAI_CACHE_FILE).read_text().splitlines()]
-    assert len(cache) == 4  # the samples of the two answered problems are kept
+    assert len([entry for entry in cache if "key" in entry]) == 4  # the samples of the two answered problems are kept
     with LoopbackChatServer(
         ScriptedServer(answers, fail_first=False)
     ) as server:  # the server back, on a new port
@@ -305,8 +329,14 @@ def test_openai_backend_resumes_per_sample_after_a_request_failed_for_good(tmp_p
     assert len(_records(tmp_path / "run")) == 6 and summary["benchmarks"]["toy"]["pass@k"]["1"] == 1.0
     # the earlier run's usage is counted, from the cache
     assert summary["generation"]["completion_tokens"] == 4 * 6
+    # the first invocation's failures survive the resume: 2 stuck requests, each retried once (max_retries=1)
+    assert summary["generation"]["failed_attempts"] == {"http_503": 4}
+    assert summary["generation"]["retries"] == 2 and summary["generation"]["this_invocation"]["retries"] == 0
+    assert summary["generation"]["this_invocation"]["requests"] == 2
     again = run_evaluation(args)  # all done: no backend call, no request, the usage still reported
-    assert again["generation"]["completion_tokens"] == 4 * 6 and again["generation"]["requests"] == 0
+    assert again["generation"]["completion_tokens"] == 4 * 6
+    assert again["generation"]["this_invocation"]["requests"] == 0
+    assert again["generation"]["failed_attempts"] == {"http_503": 4}
     assert again["benchmarks"] == summary["benchmarks"]
 
 

@@ -107,8 +107,12 @@ def test_mean_and_majority():
     answers = [["\\dfrac{1}{2}", "\\frac{1}{2}", "3", None], ["7", "8", "8", "7"], [None, None]]
     correct = [[True, True, False, False], [False, True, True, False], [False, False]]
     assert majority_answer(answers[0]) == 0
-    assert majority_answer(answers[1]) == 0  # tie 2-2: first seen wins
-    assert maj_at_n(answers, correct) == pytest.approx(1 / 3)
+    assert majority_answer(answers[1]) == 0  # tie 2-2: the first sample shown
+    # maj@n: problem 0's majority (1/2, two votes) is correct: 1; problem 1 ties 2-2 between a wrong "7" and a right
+    # "8": each tied answer gets half the credit, 1/2, whatever the order; problem 2 has no vote: 0 -> (1 + 1/2) / 3
+    assert maj_at_n(answers, correct) == pytest.approx(1.5 / 3)
+    reordered = [list(reversed(a)) for a in answers]
+    assert maj_at_n(reordered, [list(reversed(c)) for c in correct]) == pytest.approx(1.5 / 3)
     assert [distinct_answers(a) for a in answers] == [2, 2, 0]
     with pytest.raises(ValueError, match="Problem 0 has no samples"):
         mean_at_n([[]])
@@ -131,7 +135,8 @@ def test_evaluate_metric_loads_offline():
         references=["4", "3"],
         k=[1, 3],
     )
-    assert result == pytest.approx({"pass@1": 1 / 3, "pass@3": 1.0, "mean@n": 1 / 3, "maj@n": 0.5})
+    # maj@n: problem 0 ties 4 (right) and 5 (wrong) 1-1: 1/2; problem 1 votes 2 (wrong): 0 -> 1/4
+    assert result == pytest.approx({"pass@1": 1 / 3, "pass@3": 1.0, "mean@n": 1 / 3, "maj@n": 0.25})
     with pytest.raises(ValueError, match=r"k values \[5\] are outside \[1, n=3\]"):
         metric.compute(predictions=[["a", "b", "c"]], references=["1"], k=[5])
 
@@ -259,9 +264,9 @@ def test_runner_exact_numbers_and_resume(tmp_path):
     # k=1: 0, 1/4, 1 -> 5/12; k=2: 0, 1 - 3/6, 1 -> 1/2; k=4: 0, 1 - 0/1, 1 -> 2/3
     assert toy["pass@k"] == pytest.approx({"1": 5 / 12, "2": 1 / 2, "4": 2 / 3})
     assert toy["mean@n"] == pytest.approx(5 / 12)
-    assert toy["maj@n"] == pytest.approx(
-        2 / 3
-    )  # problem 0 votes wrong; problem 1 ties 1-1, the correct answer first
+    # problem 0 votes wrong: 0; problem 1 ties 1-1 between the correct answer and a wrong one: 1/2 (whichever comes
+    # first); problem 2 all correct: 1 -> (0 + 1/2 + 1) / 3
+    assert toy["maj@n"] == pytest.approx(1.5 / 3)
     assert toy["no_boxed_fraction"] == pytest.approx(4 / 12)  # odd indices past the correct ones
     assert len(backend.generated) == 3
 
@@ -398,17 +403,21 @@ def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypat
     )
     assert run_evaluation(args)["benchmarks"] == summary["benchmarks"]
 
-    # several runs on one plot (through the script's argument parsing)
+    # several runs compared (through the script's argument parsing): a second run on the same problems, every
+    # sample correct
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
     other = json.loads(json.dumps(written))
     other["model"] = "toy-after"
-    other["benchmarks"]["toy"]["pass@k"] = {k: min(1.0, v + 0.1) for k, v in toy["pass@k"].items()}
-    (tmp_path / "other.json").write_text(json.dumps(other))
+    other["benchmarks"]["toy"]["pass@k"] = {k: 1.0 for k in toy["pass@k"]}
+    (other_dir / "summary.json").write_text(json.dumps(other))
+    (other_dir / "samples.jsonl").write_text("".join(json.dumps({**r, "correct": True}) + "\n" for r in records))
     script = Path(__file__).resolve().parents[1] / "scripts" / "eval_passk.py"
     argv = [
         "eval_passk.py",
         "--compare",
         str(output_dir),
-        str(tmp_path / "other.json"),
+        str(other_dir / "summary.json"),
         "--output_dir",
         str(tmp_path / "cmp"),
     ]
@@ -419,6 +428,10 @@ def test_end_to_end_toy_transformers_backend(tmp_path, toy_model_path, monkeypat
     assert (tmp_path / "cmp" / "compare_passk.png").read_bytes().startswith(PNG_MAGIC)
     with (tmp_path / "cmp" / "compare_passk.csv").open() as handle:
         assert [row["model"] for row in csv.DictReader(handle)] == ["toy", "toy-after"]
+    comparison = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert comparison["benchmarks"]["toy"]["pass@k"]["1"]["difference"]["toy-after"] == pytest.approx(
+        1 - toy["pass@k"]["1"]
+    )
 
 
 def test_compare_rejects_non_summaries(tmp_path):

@@ -23,6 +23,7 @@ _LAZY_ATTRIBUTES = {
     "MathAnswerReward": "hf_meds_cliff.rewards",
     "OverlongPenaltyReward": "hf_meds_cliff.rewards",
     "pass_at_k": "hf_meds_cliff.evaluation",
+    "ErrorCollapseCallback": "hf_meds_cliff.collapse",
 }
 
 __all__ = ["__version__", *_LAZY_ATTRIBUTES]
@@ -30,6 +31,7 @@ __all__ = ["__version__", *_LAZY_ATTRIBUTES]
 if TYPE_CHECKING:  # pragma: no cover
     from .cliff.config import CliffConfig
     from .cliff.trainer import CliffGRPOTrainer
+    from .collapse import ErrorCollapseCallback
     from .evaluation import pass_at_k
     from .meds.config import MEDSConfig
     from .meds.trainer import MEDSGRPOTrainer

@@ -7,6 +7,7 @@
     hf-meds-cliff grpo   [--config recipe.yaml] [training flags] [accelerate launch flags]
     hf-meds-cliff eval   --model_name_or_path M --output_dir D [evaluation flags]
     hf-meds-cliff eval   --samples FILE --benchmarks B --output_dir D     (generations made elsewhere)
+    hf-meds-cliff compare RUN_A RUN_B [--label A B] [--output_dir D]     (B - A per benchmark, with a 95% CI)
     hf-meds-cliff report RUN_DIR [-o report.html]
     hf-meds-cliff judge-eval --data Qwen/ProcessBench|FILE|toy [teacher flags] [--output_json PATH]
 
@@ -98,6 +99,12 @@ def run_eval_command(argv: Sequence[str]) -> int:
     return eval_passk.run(argv, prog=f"{PROG} eval")
 
 
+def run_compare_command(argv: Sequence[str]) -> int:
+    from .evaluation.compare import main as compare_main
+
+    return compare_main(argv, prog=f"{PROG} compare")
+
+
 def run_judge_eval_command(argv: Sequence[str]) -> int:
     from .scripts import judge_eval
 
@@ -176,13 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help=f"Show the Python traceback of an error (same as {DEBUG_ENV}=1)."
     )
-    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,report,judge-eval}")
+    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,compare,report,judge-eval}")
     for name, (_, help_text) in TRAINING_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
     commands.add_parser(
         "eval",
         help="pass@k on math and code benchmarks: of a model (transformers, vLLM, an OpenAI-compatible server) or "
         "of a samples file made elsewhere (as scripts/eval_passk.py).",
+        add_help=False,
+    )
+    commands.add_parser(
+        "compare",
+        help="Compare finished eval runs: pass@k per benchmark side by side, the difference with a paired bootstrap "
+        "95%% CI over problems; refuses runs on different benchmarks or problems (as eval --compare).",
         add_help=False,
     )
     commands.add_parser(
@@ -211,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_reporting_errors(args.command, lambda: run_training_command(args.command, rest))
     if args.command == "eval":
         return run_eval_command(rest)
+    if args.command == "compare":
+        return run_compare_command(rest)
     if args.command == "judge-eval":
         return run_judge_eval_command(rest)
     return run_report_command(rest)

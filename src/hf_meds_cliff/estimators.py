@@ -105,9 +105,11 @@ def mean_at_n(correct: Sequence[Sequence[bool]]) -> float:
 
 
 def majority_answer(answers: Sequence[str | None]) -> int | None:
-    """Index of a sample holding the most frequent normalised answer (first one wins ties), or None.
+    """Index of a sample holding the most frequent normalised answer (the first such sample), or None.
 
-    Samples without an answer (``None``) do not vote.
+    A tie leaves several answers with the most votes; this returns the first of them, so it is only a way to show
+    *an* answer. :func:`maj_at_n` does not use it to score: it credits tied answers equally
+    (:func:`majority_credit`). Samples without an answer (``None``) do not vote.
 
     >>> majority_answer(["12", None, "\\\\dfrac{1}{2}", "\\\\frac{1}{2}", "12"])
     0
@@ -128,8 +130,41 @@ def majority_answer(answers: Sequence[str | None]) -> int | None:
     return min(first_index[key] for key, count in votes.items() if count == best)
 
 
+def majority_credit(answers: Sequence[str | None], correct: Sequence[bool]) -> float:
+    """One problem's maj@n credit: the share of the most-voted answers that are correct.
+
+    Samples vote for their normalised answer (``None`` does not vote). The answers with the most votes are tied
+    winners; each gets an equal share ``1 / (number of tied answers)``, counted as correct in proportion to the
+    samples holding it that are correct (all or none of them, unless the checker disagrees with the normalisation).
+    With one winner this is plain majority voting; with a tie the credit cannot depend on the samples' order: a
+    problem whose ``n`` samples are all different answers, one of them correct, gets ``1 / n``. No vote: 0.
+
+    >>> majority_credit(["7", "8", "8", "7"], [False, True, True, False])  # a 2-2 tie, one side correct
+    0.5
+    >>> majority_credit(["a", "b", "c", "d"], [True, False, False, False])  # all different: 1/4 whoever is first
+    0.25
+    >>> majority_credit(["5", "5", "6"], [True, True, False]), majority_credit([None], [False])
+    (1.0, 0.0)
+    """
+    if len(answers) != len(correct):
+        raise ValueError(f"Got {len(answers)} answers but {len(correct)} correctness flags; they must align.")
+    by_answer: dict[str, list[bool]] = {}
+    for answer, is_correct in zip(answers, correct):
+        if answer is not None:
+            by_answer.setdefault(normalize_answer(answer), []).append(bool(is_correct))
+    if not by_answer:
+        return 0.0
+    most = max(len(flags) for flags in by_answer.values())
+    winners = [flags for flags in by_answer.values() if len(flags) == most]
+    return float(np.mean([sum(flags) / len(flags) for flags in winners]))
+
+
 def maj_at_n(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> float:
-    """maj@n: the fraction of problems whose majority-vote answer is correct.
+    """maj@n: the mean over problems of the majority vote's credit (:func:`majority_credit`).
+
+    A problem whose most-voted answer is unique scores 1 when that answer is correct, else 0. A tie between ``t``
+    answers gives each of them ``1 / t`` of the credit (fractional credit), so no sample's position can favour its
+    answer.
 
     Args:
         answers: per problem, each sample's extracted answer (``None`` when it has none).
@@ -138,21 +173,22 @@ def maj_at_n(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence
     >>> maj_at_n([["12", "12", "13"], ["4", "5", "5"], [None, None, None]],
     ...          [[True, True, False], [True, False, False], [False, False, False]])
     0.3333333333333333
+    >>> maj_at_n([["4", "5"]], [[True, False]])  # a 1-1 tie: half the credit
+    0.5
     """
     if len(answers) != len(correct):
         raise ValueError(f"Got answers for {len(answers)} problems but correctness for {len(correct)}.")
     if len(answers) == 0:
         raise ValueError("maj_at_n needs at least one problem; got an empty list.")
-    hits = 0
+    credit = 0.0
     for index, (problem_answers, problem_correct) in enumerate(zip(answers, correct)):
         if len(problem_answers) != len(problem_correct) or len(problem_answers) == 0:
             raise ValueError(
                 f"Problem {index}: {len(problem_answers)} answers vs {len(problem_correct)} correctness flags; "
                 "they must align and be non-empty."
             )
-        winner = majority_answer(problem_answers)
-        hits += winner is not None and bool(problem_correct[winner])
-    return hits / len(answers)
+        credit += majority_credit(problem_answers, problem_correct)
+    return credit / len(answers)
 
 
 def distinct_answers(answers: Sequence[str | None]) -> int:

@@ -516,7 +516,7 @@ def svg_line_chart(
             f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{coordinates}">'
             f"<title>{esc(name)}</title></polyline>"
         )
-        if markers if markers is not None else len(points) <= 40:
+        if len(points) == 1 or (markers if markers is not None else len(points) <= 40):  # a lone point: a dot
             for x, y in points:
                 parts.append(
                     f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.2" fill="{colour}">'
@@ -727,6 +727,13 @@ def meds_section(data: RunData, max_prompts: int) -> str:
             "came from; the completions shown are the stored snippets nearest the cluster's centre.</p>"
         ),
     ]
+    from .meds.idle import explain_empty_memory
+
+    why_empty = explain_empty_memory(
+        data.log_history, memory.num_rows, sum(s["num_clusters"] for s in summaries)
+    )
+    if why_empty:
+        out.append(f'<p class="empty" id="meds-empty">{esc(why_empty)}</p>')
     if not has_snippets:
         out.append(
             '<p class="empty">This memory has no completion snippets (saved with '
@@ -783,7 +790,7 @@ def _prompt_block(summary: Mapping[str, Any], steps_axis: Sequence[int]) -> str:
                 [("rows", _growth(cluster.steps, steps_axis))], width=170, height=70, markers=False
             )
             if steps_axis
-            else ""
+            else '<span class="empty">no step recorded</span>'
         )
         snippets = (
             "".join(
@@ -1208,10 +1215,13 @@ def skipped_section(data: RunData) -> str:
 def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 60) -> str:
     """The report's HTML (a complete, self-contained document)."""
     from . import __version__
+    from .report_collapse import collapse_section
 
+    collapse = collapse_section(metric_series(data.log_history), _chart_grid)
     sections = [
         skipped_section(data),
         curves_section(data),
+        collapse,
         meds_section(data, max_prompts),
         cliff_section(data, max_rollouts),
         judge_eval_section(data),
@@ -1219,6 +1229,8 @@ def render_report(data: RunData, *, max_prompts: int = 50, max_rollouts: int = 6
         all_metrics_section(data),
     ]
     nav = [("curves", "Curves")]
+    if collapse:
+        nav.append(("collapse", "Error collapse"))
     if data.memory is not None:
         nav.append(("meds", "MEDS clusters"))
     if data.rollouts or data.cliff_state is not None:

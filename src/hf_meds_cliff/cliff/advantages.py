@@ -6,6 +6,9 @@ Pure tensor functions, separate from the trainer (which only wires them in):
   per-token advantages: an incorrect rollout keeps its negative advantage only on its *incorrect
   suffix* (from the first mistaken sentence on) and gets ``lam * A_cor`` on its correct prefix; every
   group is then re-centred by its token-weighted mean ``b`` so that its token advantages sum to zero.
+- :func:`teacher_outcome_rewards` and :func:`group_normalised_advantages` are the paper's "GRPO with Teacher"
+  (``CliffConfig(cliff_outcome="teacher")``): the teacher's verdict replaces the verifier's as each rollout's
+  outcome, and GRPO's group normalisation turns the outcomes into one advantage per rollout.
 - :func:`sentence_to_token_index` / :func:`first_mistake_token_positions` map the teacher's sentence
   index p(a) to the first token of the suffix; a token that straddles the sentence boundary belongs
   to the suffix (it carries characters of the mistaken sentence).
@@ -21,7 +24,9 @@ import torch
 __all__ = [
     "cliff_token_advantages",
     "first_mistake_token_positions",
+    "group_normalised_advantages",
     "sentence_to_token_index",
+    "teacher_outcome_rewards",
     "token_index_at_char",
     "zero_variance_groups",
 ]
@@ -180,6 +185,99 @@ def cliff_token_advantages(
     centred = (uncentred - baseline[inverse].unsqueeze(1)) * mask
     keep = ~zero_variance_groups(correct, inverse)
     return centred * keep.to(dtype).unsqueeze(1)
+
+
+def teacher_outcome_rewards(
+    verifier_rewards: torch.Tensor, teacher_verdict: Sequence[bool | None]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The outcome of each rollout under the paper's "GRPO with Teacher": the teacher's verdict where it gave one.
+
+    Args:
+        verifier_rewards: ``(B,)`` float, the correctness reward per rollout (NaN: ungraded).
+        teacher_verdict: ``B`` entries: True (the teacher says right), False (wrong), None (no verdict: the rollout
+            was not judged, or the teacher gave no usable answer).
+
+    Returns:
+        ``(outcomes, from_teacher)``: ``(B,)`` float, 1.0 / 0.0 where the teacher gave a verdict and the verifier's
+        reward otherwise (its fallback; NaN stays NaN), and ``(B,)`` bool, True where the teacher decided. A teacher
+        verdict on an ungraded row is ignored (the row stays out of its group, as in Cliff).
+
+    >>> outcomes, decided = teacher_outcome_rewards(torch.tensor([1.0, 0.0, 0.0, 1.0]), [False, True, None, None])
+    >>> outcomes.tolist(), decided.tolist()
+    ([0.0, 1.0, 0.0, 1.0], [True, True, False, False])
+    """
+    if not isinstance(verifier_rewards, torch.Tensor) or verifier_rewards.dim() != 1:
+        raise ValueError(
+            f"`verifier_rewards` must be a (B,) tensor, got "
+            f"{tuple(verifier_rewards.shape) if isinstance(verifier_rewards, torch.Tensor) else type(verifier_rewards).__name__}."
+        )
+    if len(teacher_verdict) != verifier_rewards.shape[0]:
+        raise ValueError(
+            f"Got {len(teacher_verdict)} teacher verdicts for {verifier_rewards.shape[0]} rollouts; give one per "
+            "rollout (None where the teacher gave none)."
+        )
+    if any(v is not None and not isinstance(v, bool) for v in teacher_verdict):
+        raise TypeError(f"Teacher verdicts must be True, False or None, got {list(teacher_verdict)!r:.200}.")
+    device = verifier_rewards.device
+    graded = ~torch.isnan(verifier_rewards)
+    has_verdict = torch.tensor([v is not None for v in teacher_verdict], dtype=torch.bool, device=device)
+    verdict = torch.tensor([1.0 if v else 0.0 for v in teacher_verdict], dtype=verifier_rewards.dtype, device=device)
+    from_teacher = has_verdict & graded
+    return torch.where(from_teacher, verdict, verifier_rewards), from_teacher
+
+
+def group_normalised_advantages(
+    rewards: torch.Tensor, group_ids: torch.Tensor, scale_rewards: str = "group", epsilon: float = 1e-4
+) -> torch.Tensor:
+    """GRPO's advantages of a batch of groups: ``(r − mean_g) / (std_g + ε)``, as TRL's ``sum_then_normalize``.
+
+    NaN rewards (ungraded rows) are left out of their group's mean and standard deviation and get advantage 0. The
+    standard deviation is Bessel-corrected (TRL's ``nanstd``); a group with one graded row has std 0.
+
+    Args:
+        rewards: ``(B,)`` float, one (combined) reward per rollout.
+        group_ids: ``(B,)`` integer, rows of one prompt share a label.
+        scale_rewards: ``"group"`` (divide by the group's std), ``"batch"`` (by the std of the whole batch) or
+            ``"none"`` (no division), as ``GRPOConfig.scale_rewards``.
+        epsilon: added to the std before dividing (TRL: 1e-4).
+
+    Returns:
+        ``(B,)`` advantages, dtype of ``rewards``.
+
+    Example: outcomes [0, 1, 0, 1] in one group: mean 0.5, Bessel std sqrt(1/3), advantages ±0.5 / (0.5774 + 1e-4):
+
+    >>> [round(a, 4) for a in group_normalised_advantages(torch.tensor([0.0, 1.0, 0.0, 1.0]), torch.tensor([0, 0, 0, 0])).tolist()]
+    [-0.8659, 0.8659, -0.8659, 0.8659]
+    """
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards={scale_rewards!r} is unknown; use 'group', 'batch' or 'none'.")
+    if not isinstance(rewards, torch.Tensor) or rewards.dim() != 1 or not torch.is_floating_point(rewards):
+        raise ValueError("`rewards` must be a (B,) floating-point tensor.")
+    _check_1d("group_ids", group_ids, rewards.shape[0])
+    if rewards.numel() == 0:
+        return rewards.clone()
+    valid = ~torch.isnan(rewards)
+    values = torch.where(valid, rewards, torch.zeros_like(rewards))
+    weight = valid.to(rewards.dtype)
+    _, inverse = torch.unique(group_ids.to(rewards.device), return_inverse=True)
+    num_groups = int(inverse.max().item()) + 1
+
+    def mean_and_std(index: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        n = torch.zeros(count, dtype=rewards.dtype, device=rewards.device).index_add_(0, index, weight)
+        total = torch.zeros_like(n).index_add_(0, index, values)
+        mean = total / n.clamp(min=1)
+        squares = torch.zeros_like(n).index_add_(0, index, weight * (values - mean[index]) ** 2)
+        std = torch.where(n > 1, (squares / (n - 1).clamp(min=1)).sqrt(), torch.zeros_like(n))
+        return mean[index], std[index]
+
+    mean, group_std = mean_and_std(inverse, num_groups)
+    advantages = values - mean
+    if scale_rewards == "group":
+        advantages = advantages / (group_std + epsilon)
+    elif scale_rewards == "batch":
+        _, batch_std = mean_and_std(torch.zeros_like(inverse), 1)
+        advantages = advantages / (batch_std + epsilon)
+    return torch.where(valid, advantages, torch.zeros_like(advantages))
 
 
 def sentence_to_token_index(

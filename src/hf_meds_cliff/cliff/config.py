@@ -9,6 +9,7 @@ from .code_domain import CLIFF_DOMAINS
 
 TEACHER_KINDS = ("rule", "http", "transformers")
 SELF_CONSISTENCY_REDUCERS = ("median", "majority")
+CLIFF_OUTCOMES = ("verifier", "teacher")
 
 
 @dataclass
@@ -27,12 +28,22 @@ class CliffConfig(DAPOConfig):
             λ: weight of the correct-rollout advantage given to the correct prefix of an incorrect rollout.
         cliff_split_credit (`bool`, defaults to `True`): `False`: every token of an incorrect rollout gets the suffix
             advantage (no correct prefix). With the default re-centring that is GRPO's advantages minus the group's
-            token mean `b`, and the teacher's output is not used; the paper's "GRPO with Teacher" ablation (the
-            teacher's verdict decides, one advantage per rollout) is `cliff_split_credit=False, cliff_recentre=False` wherever the
-            teacher agrees with the verifier (a disagreement, counted in `cliff/disagreements`, keeps the verifier's
-            verdict here).
+            token mean `b`; with `cliff_recentre=False` it is GRPO exactly. Either way the teacher's output is not used
+            (the verifier decides right or wrong), so this is *not* the paper's "GRPO with Teacher": that is
+            `cliff_outcome="teacher"`.
         cliff_recentre (`bool`, defaults to `True`): Subtract the token-weighted group mean `b` (paper eq. 5) so the
             group's token advantages sum to zero; `False` (an ablation, `b = 0`) keeps the un-centred values.
+        cliff_outcome (`str`, defaults to `"verifier"`): `"verifier"`: Cliff (the verifier decides right or wrong, the
+            teacher locates the first mistake of each wrong rollout). `"teacher"`: the paper's "GRPO with Teacher"
+            ablation: in each mixed group with a verified reference (the same skipping, reference filter and
+            truncation rules as Cliff) the teacher judges every non-truncated rollout, right or wrong as well, and
+            its verdict is the rollout's correctness outcome: the correctness reward column is replaced by 1/0 and
+            the rewards are group-normalised as GRPO does (`scale_rewards`), one advantage per rollout, no
+            prefix/suffix split (`cliff_lam`, `cliff_split_credit`, `cliff_recentre` are not used). A rollout
+            without a usable verdict (malformed answer; truncated rollouts are not judged) keeps the verifier's
+            reward, counted in `cliff/teacher_verdict_fallbacks`; an endpoint failure makes its group plain GRPO.
+            Logged beside it: `cliff/teacher_verifier_agreement`, `cliff/teacher_says_right_verifier_wrong`,
+            `cliff/teacher_says_wrong_verifier_right`.
         cliff_teacher (`str`, defaults to `"rule"`):
             Teacher kind: `"rule"` (the toy world's exact first-mistake checker; toy questions only: the trainer
             raises at start-up, or on the first batch, when it can read none of the dataset's problems), `"http"`
@@ -76,8 +87,9 @@ class CliffConfig(DAPOConfig):
         metadata={
             "help": "True: Cliff's two-segment credit (correct prefix / incorrect suffix). False: every token of an "
             "incorrect rollout gets the suffix advantage (first mistake treated as sentence 0), so the teacher's "
-            "first mistake is not used; with cliff_recentre (default) the advantages are GRPO's minus the group's "
-            "token mean b. The paper's 'GRPO with Teacher' ablation is this with cliff_recentre=False."
+            "output is not used; with cliff_recentre (default) the advantages are GRPO's minus the group's "
+            "token mean b, without it GRPO's exactly. Not the paper's 'GRPO with Teacher': that is "
+            "cliff_outcome='teacher'."
         },
     )
     cliff_recentre: bool = field(
@@ -86,8 +98,20 @@ class CliffConfig(DAPOConfig):
             "help": "Re-centre each Cliff group by the token-weighted mean b of its un-centred token advantages "
             "(paper eq. 5: the group's token advantages sum to zero). False is an ablation (b = 0): correct rollouts "
             "keep A_cor, correct prefixes λ·A_cor and incorrect suffixes A_inc. With cliff_split_credit=False it "
-            "gives the paper's 'GRPO with Teacher' (one sequence advantage per rollout) wherever the teacher agrees "
-            "with the verifier (disagreements, counted in cliff/disagreements, keep the verifier's verdict)."
+            "gives GRPO's own sequence advantages (the verifier decides; the paper's 'GRPO with Teacher' is "
+            "cliff_outcome='teacher')."
+        },
+    )
+    cliff_outcome: str = field(
+        default="verifier",
+        metadata={
+            "help": "'verifier': Cliff (the verifier decides right or wrong; the teacher locates first mistakes). "
+            "'teacher': the paper's 'GRPO with Teacher' ablation: in mixed groups with a verified reference the "
+            "teacher judges every non-truncated rollout and its verdict replaces the correctness reward (1/0), "
+            "group-normalised as GRPO, one advantage per rollout; a rollout without a usable verdict keeps the "
+            "verifier's reward (cliff/teacher_verdict_fallbacks). Logs cliff/teacher_verifier_agreement and both "
+            "directions of disagreement.",
+            "choices": list(CLIFF_OUTCOMES),
         },
     )
     cliff_teacher: str = field(
@@ -255,6 +279,17 @@ class CliffConfig(DAPOConfig):
             raise ValueError(
                 f"cliff_domain={self.cliff_domain!r} is not a known domain; use one of {list(CLIFF_DOMAINS)} "
                 "('auto' reads it from the correctness reward)."
+            )
+        if self.cliff_outcome not in CLIFF_OUTCOMES:
+            raise ValueError(
+                f"cliff_outcome={self.cliff_outcome!r} is unknown; use 'verifier' (Cliff) or 'teacher' (the paper's "
+                "GRPO with Teacher: the teacher's verdict is the outcome)."
+            )
+        if self.cliff_outcome == "teacher" and self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"cliff_outcome='teacher' replaces the correctness reward before GRPO's group normalisation, which "
+                f"needs multi_objective_aggregation='sum_then_normalize' (got {self.multi_objective_aggregation!r}); "
+                "set it, or use cliff_outcome='verifier'."
             )
         if self.cliff_teacher not in TEACHER_KINDS:
             raise ValueError(

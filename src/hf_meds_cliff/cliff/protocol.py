@@ -22,6 +22,13 @@ starts (a sentence index, the "pitfall step" p(a)):
    GRPO. With self-consistency, failed judgments are ignored when others of the same rollout answered.
 5. Judgments and verified references are cached (JSON-serialisable, see :meth:`CliffJudge.state_dict`).
 
+With ``judge_correct=True`` (the paper's "GRPO with Teacher", ``CliffConfig(cliff_outcome="teacher")``) step 4 also
+judges the verifier-correct, non-truncated rollouts of those groups, and every judged rollout gets the teacher's
+verdict (:attr:`StepOutcome.teacher_verdict`): its correctness field when it gave one, else "no mistake located";
+with self-consistency the majority of the usable answers (a tie gives no verdict). Groups, references, truncation,
+endpoint failures and the caches follow the same rules as above; the existing counters (``agreements``,
+``disagreements``, ``rollouts_with_mistake``) still count verifier-wrong rollouts only.
+
 Code (:mod:`hf_meds_cliff.cliff.code_domain`): the same steps with the rollout numbered by
 :func:`~hf_meds_cliff.cliff.split_code_units`, the reference verified by running the teacher's program on the row's
 tests, and each judged rollout's program run first (``describe_failure``) so that the teacher also sees the first
@@ -176,6 +183,9 @@ class StepOutcome:
             None: no usable answer); judged rows of a run with ``describe_failure`` (code) also get
             ``execution`` (what running the program showed the teacher).
         references: the reference solution used per prompt key this step (None = not verified).
+        teacher_verdict: per row, the teacher's verdict on a judged (or cached) rollout of a ``"cliff"`` group: True
+            (right), False (wrong), None (not judged: other groups, correct rows unless ``judge_correct``, truncated
+            or ungraded rows, or no usable answer).
     """
 
     group_modes: list[str]
@@ -185,6 +195,7 @@ class StepOutcome:
     values: dict[str, list[float]] = field(default_factory=dict)
     judge_details: dict[int, dict[str, Any]] = field(default_factory=dict)
     references: dict[str, str | None] = field(default_factory=dict)
+    teacher_verdict: list[bool | None] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -252,6 +263,8 @@ class CliffJudge:
             showed (code: :meth:`~hf_meds_cliff.cliff.code_domain.CodeTestRunner.describe_failure`); given to the
             teacher's ``judge`` as ``execution=`` when it takes that keyword. ``None`` (math): nothing is run.
         checks_in_threads: run ``verify`` and ``describe_failure`` in worker threads (they execute programs).
+        judge_correct: also judge the verifier-correct rollouts of mixed groups and report every judged rollout's
+            verdict (the paper's "GRPO with Teacher", where the teacher's verdict is the outcome).
     """
 
     def __init__(
@@ -267,6 +280,7 @@ class CliffJudge:
         split: Callable[[str], list[tuple[int, int]]] = split_sentences,
         describe_failure: Callable[[str, str | None], str | None] | None = None,
         checks_in_threads: bool = False,
+        judge_correct: bool = False,
     ):
         if not isinstance(self_consistency, int) or self_consistency < 1:
             raise ValueError(f"self_consistency={self_consistency!r} must be a positive integer.")
@@ -282,6 +296,7 @@ class CliffJudge:
         self.split = split
         self.describe_failure = describe_failure
         self.checks_in_threads = checks_in_threads
+        self.judge_correct = judge_correct
         self._teacher_takes_execution = _accepts_keyword(getattr(teacher, "judge", None), "execution")
         self.references: dict[str, str] = {}
         self.judgments: dict[str, dict[str, Any]] = {}
@@ -385,8 +400,10 @@ class CliffJudge:
         raw = judgment.raw if isinstance(judgment.raw, str) else repr(judgment.raw)
         if first_mistake is not None and not 0 <= first_mistake < len(sentences):
             return {"first_mistake": None, "status": "out_of_range", "endpoint_failure": False, "raw": raw}
+        verdict = judgment.verdict_correct if judgment.verdict_correct is not None else first_mistake is None
         return {
             "first_mistake": first_mistake,
+            "verdict": bool(verdict) if judgment.status == "ok" else None,
             "status": judgment.status,
             "endpoint_failure": is_endpoint_failure(judgment),
             "raw": raw,
@@ -465,7 +482,8 @@ class CliffJudge:
                 if rows.is_truncated[i]:
                     counters["truncated"] += 1
                     details[i] = {"source": "truncated"}
-            if any(not rows.is_truncated[i] for i in incorrect):
+            to_judge = graded if self.judge_correct else incorrect
+            if any(not rows.is_truncated[i] for i in to_judge):
                 needs_reference.append(group)
 
         # 2. reference filter (one solve call per distinct prompt missing from the cache)
@@ -519,7 +537,9 @@ class CliffJudge:
                 )
                 continue
             for i in members[group]:
-                if rows.is_correct[i] is not False or rows.is_truncated[i]:  # correct or ungraded
+                if rows.is_correct[i] is None or rows.is_truncated[i]:  # ungraded or truncated
+                    continue
+                if rows.is_correct[i] and not self.judge_correct:
                     continue
                 cache_key = completion_cache_key(key, rows.completions[i])
                 if self.use_judgment_cache and cache_key in self.judgments:
@@ -568,6 +588,7 @@ class CliffJudge:
             if i in executions:
                 details[i]["execution"] = executions[i]
             votes: list[int | None] = []
+            verdicts: list[bool] = []
             endpoint_failures = 0
             for result in results:
                 if result["status"] != "ok":
@@ -576,26 +597,37 @@ class CliffJudge:
                     endpoint_failures += 1
                 elif result["status"] == "ok":
                     votes.append(result["first_mistake"])
+                    verdicts.append(result["verdict"])
             if votes:
                 mistake, agreement = reduce_first_mistakes(votes, self.reducer)
                 if self.self_consistency > 1:
                     values["self_consistency_agreement"].append(agreement)
-                decision = {"first_mistake": mistake, "agreed": mistake is not None, "judged": True}
+                right, wrong = verdicts.count(True), verdicts.count(False)
+                decision = {
+                    "first_mistake": mistake,
+                    "agreed": mistake is not None,
+                    "judged": True,
+                    "verdict": True if right > wrong else False if wrong > right else None,
+                }
                 if self.use_judgment_cache:
                     self.judgments[completion_cache_key(rows.prompt_keys[i], rows.completions[i])] = decision
                 decided[i] = decision
             elif endpoint_failures == len(results):
                 endpoint_failed_groups.add(rows.group_ids[i])
             else:  # only malformed answers: treat as plain GRPO-negative, not cached (a retry may parse)
-                decided[i] = {"first_mistake": None, "agreed": None, "judged": False}
+                decided[i] = {"first_mistake": None, "agreed": None, "judged": False, "verdict": None}
 
         for group in endpoint_failed_groups:
             modes[group] = GROUP_FALLBACK_ENDPOINT
 
         # 5. assemble
+        teacher_verdict: list[bool | None] = [None] * n
         for i, decision in sorted(decided.items()):
             group = rows.group_ids[i]
             if modes[group] != GROUP_CLIFF:
+                continue
+            teacher_verdict[i] = _decision_verdict(decision)
+            if rows.is_correct[i]:  # judged only with judge_correct: the verdict is all it gives
                 continue
             if i in details:
                 details[i]["agreed"] = decision["agreed"]
@@ -616,6 +648,8 @@ class CliffJudge:
             values["first_mistake_sentence"].append(float(mistake))
             values["first_mistake_sentence_fraction"].append(mistake / len(spans[i]))
 
+        for i in [i for i in details if rows.is_correct[i]]:  # judge_details stay about verifier-wrong rollouts
+            del details[i]
         group_modes = [modes[rows.group_ids[i]] for i in range(n)]
         for i in range(n):
             if group_modes[i] != GROUP_CLIFF:
@@ -635,7 +669,16 @@ class CliffJudge:
             values=values,
             judge_details=details,
             references=dict(references),
+            teacher_verdict=teacher_verdict,
         )
+
+
+def _decision_verdict(decision: dict[str, Any]) -> bool | None:
+    """The teacher's verdict in a judgment decision; decisions cached before verdicts were kept (no ``verdict``
+    key) read "no mistake located" as right."""
+    if "verdict" in decision:
+        return decision["verdict"]
+    return decision["first_mistake"] is None if decision.get("judged") else None
 
 
 def _accepts_keyword(function: Any, name: str) -> bool:

@@ -28,7 +28,12 @@ from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from ..sentences import split_code_units, split_sentences
-from .advantages import cliff_token_advantages, first_mistake_token_positions
+from .advantages import (
+    cliff_token_advantages,
+    first_mistake_token_positions,
+    group_normalised_advantages,
+    teacher_outcome_rewards,
+)
 from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
 from .config import CliffConfig
 from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
@@ -114,6 +119,15 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
     ``disagreements``, ``first_mistake_sentence``, ``first_mistake_sentence_fraction``, ``prefix_fraction`` (share
     of the rollout's tokens before its first mistake), ``judge_wall_time`` (seconds), ``self_consistency_agreement``;
     on code also ``executions`` (student programs run for the judge) and ``execution_failures/<kind>``.
+
+    ``cliff_outcome="teacher"`` (the paper's "GRPO with Teacher" ablation): the same groups, reference filter,
+    truncation and failure rules, but the teacher judges every non-truncated rollout of a Cliff group (verifier-right
+    ones too) and its verdict replaces the correctness reward; the advantages are GRPO's group normalisation of the
+    result (:func:`~hf_meds_cliff.cliff.advantages.teacher_outcome_rewards`,
+    :func:`~hf_meds_cliff.cliff.advantages.group_normalised_advantages`), ``(B,)``, one per rollout. Extra metrics:
+    ``teacher_judged_rollouts``, ``teacher_verifier_agreement``, ``teacher_says_right_verifier_wrong``,
+    ``teacher_says_wrong_verifier_right``, ``teacher_verdict_fallbacks`` (rollouts without a usable verdict, which keep
+    the verifier's reward).
 
     Limitations: multi-turn tool masks are not used for ``b`` (the completion mask is); the group baseline ``b``
     uses ``completion_mask`` after TRL's ``mask_truncated_completions``.
@@ -215,6 +229,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             judgment_cache=args.cliff_judgment_cache,
             self_consistency=args.cliff_self_consistency,
             reducer=args.cliff_self_consistency_reducer,
+            judge_correct=args.cliff_outcome == "teacher",
         )
         self._cliff_pending: tuple | None = None
         self._cliff_correctness_checked = False  # the first training batch checks the reward is 0/1
@@ -359,7 +374,44 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         lengths = mask.sum(dim=1).clamp(min=1)
         self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
         self._log_teacher_cost(teacher_cost, cycle_time_s)
+        if args.cliff_outcome == "teacher":  # the paper's GRPO with Teacher: one advantage per rollout
+            return self._teacher_outcome_advantages(outcome, rows, rewards_per_func, is_correct, group_ids)[local]
         return token_advantages[local, : output["completion_mask"].shape[1]].contiguous()
+
+    def _teacher_outcome_advantages(
+        self, outcome: StepOutcome, rows: StepRows, rewards_per_func, is_correct, group_ids
+    ) -> torch.Tensor:
+        """(B_global,) advantages of ``cliff_outcome="teacher"``: the teacher's verdicts replace the correctness
+        column, then TRL's weighted sum and GRPO's group normalisation; logs the verdicts beside the verifier's."""
+        index = self.args.cliff_correctness_reward_index
+        correctness = rewards_per_func[:, index].float()
+        outcomes, from_teacher = teacher_outcome_rewards(correctness, outcome.teacher_verdict)
+        substituted = rewards_per_func.float().clone()
+        substituted[:, index] = outcomes
+        rewards = (substituted * self.reward_weights.to(substituted.device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = math.nan  # unscorable rows, as TRL
+        advantages = group_normalised_advantages(rewards, group_ids.to(rewards.device), self.scale_rewards)
+
+        verifier = is_correct.tolist()
+        decided = from_teacher.tolist()
+        verdicts = outcome.teacher_verdict
+        right_wrong = sum(1 for i, d in enumerate(decided) if d and verdicts[i] and not verifier[i])
+        wrong_right = sum(1 for i, d in enumerate(decided) if d and not verdicts[i] and verifier[i])
+        judged = sum(decided)
+        fallbacks = sum(
+            1
+            for i, mode in enumerate(outcome.group_modes)
+            if mode == GROUP_CLIFF and rows.is_correct[i] is not None and not rows.is_truncated[i] and not decided[i]
+        )
+        metrics = self._metrics["train"]
+        metrics["cliff/teacher_judged_rollouts"].append(float(judged))
+        metrics["cliff/teacher_verifier_agreement"].append(
+            (judged - right_wrong - wrong_right) / judged if judged else math.nan
+        )
+        metrics["cliff/teacher_says_right_verifier_wrong"].append(float(right_wrong))
+        metrics["cliff/teacher_says_wrong_verifier_right"].append(float(wrong_right))
+        metrics["cliff/teacher_verdict_fallbacks"].append(float(fallbacks))
+        return advantages.to(rewards_per_func.device)
 
     def _check_rule_teacher_reads(self, problems: list[str]) -> None:
         """Raise when the rule-based toy teacher can read none of ``problems`` (checked once, on the first ones)."""

@@ -26,6 +26,7 @@ _LAZY_ATTRIBUTES = {
     "distinct_answers": "hf_meds_cliff.estimators",
     "maj_at_n": "hf_meds_cliff.estimators",
     "majority_answer": "hf_meds_cliff.estimators",
+    "majority_credit": "hf_meds_cliff.estimators",
     "mean_at_n": "hf_meds_cliff.estimators",
     "pass_at_k": "hf_meds_cliff.estimators",
     "Sample": "hf_meds_cliff.evaluation.generation",
@@ -38,6 +39,7 @@ _LAZY_ATTRIBUTES = {
     "write_csv": "hf_meds_cliff.evaluation.plots",
     "EvalArguments": "hf_meds_cliff.evaluation.runner",
     "compare_summaries": "hf_meds_cliff.evaluation.runner",
+    "compare_runs": "hf_meds_cliff.evaluation.compare",
     "load_summary": "hf_meds_cliff.evaluation.runner",
     "run_evaluation": "hf_meds_cliff.evaluation.runner",
     "default_k_values": "hf_meds_cliff.evaluation.summary",
@@ -61,6 +63,7 @@ __all__ = [
     "TransformersBackend",
     "VLLMBackend",
     "build_backend",
+    "compare_runs",
     "compare_summaries",
     "default_k_values",
     "distinct_answers",
@@ -69,6 +72,7 @@ __all__ = [
     "load_summary",
     "maj_at_n",
     "majority_answer",
+    "majority_credit",
     "mean_at_n",
     "pass_at_k",
     "plot_pass_at_k",
@@ -80,8 +84,16 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..estimators import (
+        distinct_answers,
+        maj_at_n,
+        majority_answer,
+        majority_credit,
+        mean_at_n,
+        pass_at_k,
+    )
     from .benchmarks import BENCHMARKS, BenchmarkSpec, EvalProblem, known_benchmarks, load_benchmark
-    from ..estimators import distinct_answers, maj_at_n, majority_answer, mean_at_n, pass_at_k
+    from .compare import compare_runs
     from .generation import Sample, SamplingSettings, TransformersBackend, VLLMBackend, build_backend
     from .openai_backend import OpenAIBackend
     from .plots import plot_pass_at_k, write_csv

@@ -11,12 +11,16 @@ a hosted API): ``hf-meds-cliff eval --backend openai --base_url URL --model_name
   as soon as its reply arrives, keyed by (model, prompt, seed, sampling settings); a run killed mid-way, or stopped
   by a request that failed for good, asks only for the samples it does not have when it is run again.
 - The server's token ``usage`` is summed into the summary (``generation``), with the request, retry and
-  failure counts.
+  failure counts; all of them survive a resume (the counts of each invocation are appended to the cache as one
+  ``{"counters": ...}`` line), and ``this_invocation`` holds this invocation's own.
 - The API key is read from the environment variable named by ``api_key_env``; it is sent in the ``Authorization``
   header only, never logged, never written (the cache and the summary hold no header).
 
 Seeds: a request for sample ``j`` of a problem (or for samples ``j, j+1, ...`` with ``n``) carries
-``seed = sample_seed(problem seed, j)``; servers that honour ``seed`` (vLLM) then give the same samples again.
+``seed = sample_seed(problem seed, j)``; servers that honour ``seed`` (vLLM) then give the same samples again. A
+server that ignores it (``transformers serve``) may return the same completion for several samples of a prompt: the
+runner counts such duplicates per prompt (:func:`duplicate_samples`), warns once with the numbers and records them in
+the summary.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from .sampling import Sample, SamplingSettings, sample_seed
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OpenAIBackend", "OpenAIGenerationError"]
+__all__ = ["OpenAIBackend", "OpenAIGenerationError", "duplicate_samples"]
 
 _N_REFUSED_STATUS = frozenset({400, 422})
 
@@ -137,6 +141,11 @@ class OpenAIBackend(OpenAIChatClient):
         self._cached: dict[str, dict[int, Sample]] = {}
         # token usage of every sample in the cache, earlier runs included
         self._usage: Counter[str] = Counter()
+        # request counts of earlier invocations (their {"counters": ...} lines), and what this one wrote so far
+        self._earlier: Counter[str] = Counter()
+        self._earlier_failures: Counter[str] = Counter()
+        self._written: Counter[str] = Counter()
+        self._written_failures: Counter[str] = Counter()
         if self.requests_cache is not None and self.requests_cache.is_file():
             self._read_cache()
 
@@ -159,6 +168,10 @@ class OpenAIBackend(OpenAIChatClient):
             for line_number, line in enumerate(handle, 1):
                 try:
                     entry = json.loads(line)
+                    if "counters" in entry:
+                        self._earlier.update({k: int(v) for k, v in entry["counters"].items()})
+                        self._earlier_failures.update({k: int(v) for k, v in entry["failed_attempts"].items()})
+                        continue
                     sample = Sample(
                         text=entry["text"],
                         num_tokens=entry.get("num_tokens"),
@@ -221,13 +234,14 @@ class OpenAIBackend(OpenAIChatClient):
             )
         finally:
             await self.aclose()
+            self._save_counters()
         if failures:
             kinds = Counter(f.kind for f in failures)
-            have = sum(len(self._cached.get(key, {})) for key in keys)
+            kept = sum(len(samples) for samples in self._cached.values())
             raise OpenAIGenerationError(
                 f"{len(failures)} request(s) to {self.base_url} failed after {self.max_retries} retries "
-                f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))}; last: {failures[-1]}). The {have} samples "
-                "generated so far are kept: run the same command again to resume."
+                f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))}; last: {failures[-1]}). The {kept} samples "
+                f"generated so far are kept in {self.requests_cache or 'memory'}: run the same command again to resume."
             )
         return [[self._cached[key][i] for i in range(settings.num_samples)] for key in keys]
 
@@ -294,20 +308,60 @@ class OpenAIBackend(OpenAIChatClient):
             sample = Sample(text=choice.text, num_tokens=tokens, truncated=choice.truncated)
             self._remember(key, index, sample, (reply.usage or None) if position == 0 else None)
 
+    _COUNTED = ("requests", "retries", "usage_reported")
+
+    def _save_counters(self) -> None:
+        """Append this invocation's request counts not yet written (one ``{"counters": ...}`` line), so that a
+        resumed run reports the failures of the runs before it."""
+        counts = Counter({name: self.counters[name] for name in self._COUNTED})
+        delta, failures = counts - self._written, Counter(self.attempt_failures) - self._written_failures
+        if self.requests_cache is None or not (delta or failures):
+            return
+        with self.requests_cache.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"counters": dict(delta), "failed_attempts": dict(failures)}) + "\n")
+        self._written, self._written_failures = counts, Counter(self.attempt_failures)
+
     def report(self) -> dict[str, Any]:
-        """What the server did: ``prompt_tokens``/``completion_tokens`` from its ``usage``, summed over every sample
-        of the run (a resumed run counts its earlier requests too, from the cache); ``requests``, ``retries`` and
-        ``failed_attempts`` (by kind: ``http_429``, ``http_500``, ``bad_response``, ``timeout``, ...) of this
-        invocation."""
+        """What the server did over the whole run, earlier invocations included (from the cache):
+        ``prompt_tokens``/``completion_tokens`` from its ``usage``, ``requests``, ``retries`` and ``failed_attempts``
+        (by kind: ``http_429``, ``http_500``, ``bad_response``, ``timeout``, ...); ``this_invocation`` holds this
+        invocation's own request counts."""
+        earlier = self._earlier
         return {
             "backend": self.name,
             "base_url": self.base_url,
             "model": self.model,
             "prompt_tokens": self._usage["prompt_tokens"],
             "completion_tokens": self._usage["completion_tokens"],
-            "requests": self.counters["requests"],
-            "retries": self.counters["retries"],
-            "failed_attempts": dict(sorted(self.attempt_failures.items())),
-            "requests_with_usage": self.counters["usage_reported"],
+            "requests": earlier["requests"] + self.counters["requests"],
+            "retries": earlier["retries"] + self.counters["retries"],
+            "failed_attempts": dict(sorted((self._earlier_failures + Counter(self.attempt_failures)).items())),
+            "requests_with_usage": earlier["usage_reported"] + self.counters["usage_reported"],
             "n_per_request": self.n_supported is not False,
+            "this_invocation": {
+                "requests": self.counters["requests"],
+                "retries": self.counters["retries"],
+                "failed_attempts": dict(sorted(self.attempt_failures.items())),
+            },
         }
+
+
+def duplicate_samples(groups: Sequence[Sequence[str]]) -> dict[str, int]:
+    """Samples that repeat an earlier sample of the same prompt, counted per prompt.
+
+    Returns ``{"prompts": prompts with at least one repeat, "of_prompts": prompts with 2+ samples,
+    "duplicate_samples": samples equal to an earlier one of their prompt, "of_samples": samples in those prompts}``.
+
+    >>> duplicate_samples([["a", "a", "b"], ["c", "d"], ["e"]])
+    {'prompts': 1, 'of_prompts': 2, 'duplicate_samples': 1, 'of_samples': 5}
+    """
+    prompts = duplicates = of_prompts = of_samples = 0
+    for texts in groups:
+        if len(texts) < 2:
+            continue
+        of_prompts += 1
+        of_samples += len(texts)
+        repeats = len(texts) - len(set(texts))
+        duplicates += repeats
+        prompts += repeats > 0
+    return {"prompts": prompts, "of_prompts": of_prompts, "duplicate_samples": duplicates, "of_samples": of_samples}

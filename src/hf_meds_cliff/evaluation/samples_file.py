@@ -21,12 +21,14 @@ layout             an entry                                               graded
 
 Files may be gzip-compressed (``.gz``). Each entry is matched to a problem of ``--benchmarks``: by id (exact, then
 ignoring case: evalplus writes ``Mbpp/2`` for our ``mbpp/2``), or by the problem's text (whitespace-insensitive).
-A malformed entry stops the run naming its line (JSONL) or position (JSON list); an entry matching no problem is
-counted and named in a warning (all of them unmatched: an error, the wrong ``--benchmarks``).
+A malformed entry stops the run naming the file and its line (``samples.jsonl:3: missing key 'completion' ...``) or
+its position in a JSON list (``outputs.json entry 2: ...``). An entry matching no problem, and a problem without
+samples, stop the run too unless ``--allow_incomplete`` (the runner decides: :mod:`.scoring`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import re
@@ -38,7 +40,14 @@ from typing import Any
 from .problem import EvalProblem
 from .sampling import Sample
 
-__all__ = ["SAMPLES_LAYOUTS", "ExternalSample", "MatchedSamples", "match_samples", "read_samples_file"]
+__all__ = [
+    "SAMPLES_LAYOUTS",
+    "ExternalSample",
+    "MatchedSamples",
+    "iter_entries",
+    "match_samples",
+    "read_samples_file",
+]
 
 SAMPLES_LAYOUTS = ("auto", "human_eval", "livecodebench", "generic")
 
@@ -52,6 +61,8 @@ class ExternalSample:
 
     where: str
     text: str
+    entry: int = 0
+    """Position of the entry (line or list item) this sample came from, counting entries from 0."""
     problem_id: str | None = None
     problem_text: str | None = None
     benchmark: str | None = None
@@ -67,10 +78,28 @@ class MatchedSamples:
     problems: dict[tuple[str, str], EvalProblem] = field(default_factory=dict)
     unmatched: list[tuple[str, str]] = field(default_factory=list)
     """``(where, id or text)`` of each entry that matched no problem."""
+    positions: list[tuple[tuple[str, str], int] | None] = field(default_factory=list)
+    """Per input sample (file order): its problem's key and its index in that problem's group, ``None`` unmatched."""
 
 
 def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def at(path: str | Path, where: str) -> str:
+    """Where an entry is, as a compiler names it: ``samples.jsonl:3`` for ``line 3``, ``out.json entry 2`` else.
+
+    >>> at("samples.jsonl", "line 3"), at("out.json", "entry 2")
+    ('samples.jsonl:3', 'out.json entry 2')
+    """
+    if where.startswith("line "):
+        return f"{path}:{where[5:]}"
+    return f"{path} {where}"
+
+
+def iter_entries(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """``(where, JSON value)`` per entry of a samples file, in file order (blank lines skipped)."""
+    return _entries(Path(path))
 
 
 def _entries(path: Path) -> Iterator[tuple[str, Any]]:
@@ -82,8 +111,10 @@ def _entries(path: Path) -> Iterator[tuple[str, Any]]:
             items = json.loads(text)
         except json.JSONDecodeError as error:
             raise ValueError(
-                f"--samples {path}: not valid JSON at line {error.lineno}, column {error.colno} ({error.msg})."
+                f"{path}:{error.lineno}: not valid JSON at column {error.colno} ({error.msg}); fix the --samples file."
             ) from None
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: a JSON samples file must be a list of entries, got a {type(items).__name__}.")
         for index, item in enumerate(items):
             yield f"entry {index}", item
         return
@@ -94,7 +125,7 @@ def _entries(path: Path) -> Iterator[tuple[str, Any]]:
             yield f"line {line_number}", json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(
-                f"--samples {path}, line {line_number}: not a JSON object ({error.msg} at column {error.colno}); "
+                f"{path}:{line_number}: not a JSON object ({error.msg} at column {error.colno}); "
                 "fix or remove the line."
             ) from None
 
@@ -132,9 +163,7 @@ def _strings(value: Any, where: str, name: str, path: Path) -> list[str]:
         return [value]
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return list(value)
-    raise ValueError(
-        f"--samples {path}, {where}: {name} must be a string or a list of strings, got {value!r:.80}."
-    )
+    raise ValueError(f"{at(path, where)}: {name} must be a string or a list of strings, got {value!r:.80}.")
 
 
 def read_samples_file(path: str | Path, layout: str = "auto") -> tuple[str, list[ExternalSample]]:
@@ -150,23 +179,55 @@ def read_samples_file(path: str | Path, layout: str = "auto") -> tuple[str, list
     if not path.is_file():
         raise ValueError(f"--samples {str(path)!r} is not a file.")
     samples: list[ExternalSample] = []
-    for where, entry in _entries(path):
+    for position, (where, entry) in enumerate(_entries(path)):
         if layout == "auto":
             layout = detect_layout(entry) or "auto"
             if layout == "auto":
                 raise ValueError(
-                    f"--samples {path}, {where}: no known layout fits {entry!r:.120}; expected one of: "
+                    f"{at(path, where)}: no known layout fits {entry!r:.120}; expected one of: "
                     + "; ".join(f"{name} ({fields})" for name, fields in _EXPECTED.items())
                     + "."
                 )
-        if detect_layout(entry) != layout:
+        problem = _entry_problem(entry, layout)
+        if problem is not None:
             raise ValueError(
-                f"--samples {path}, {where}: not a {layout} entry (needs {_EXPECTED[layout]}): {entry!r:.120}."
+                f"{at(path, where)}: {problem}; a {layout} entry needs {_EXPECTED[layout]}: {entry!r:.120}."
             )
-        samples.extend(_samples_of(entry, layout, where, path))
+        samples.extend(
+            dataclasses.replace(sample, entry=position) for sample in _samples_of(entry, layout, where, path)
+        )
     if not samples:
         raise ValueError(f"--samples {path} holds no samples.")
     return layout, samples
+
+
+def _key_problem(entry: dict[str, Any], *alternatives: str) -> str | None:
+    """``None`` when one of ``alternatives`` holds a value, else what is wrong with the first: missing or null."""
+    if any(entry.get(name) is not None for name in alternatives):
+        return None
+    name = alternatives[0]
+    others = "".join(f" ({other!r} is null)" for other in alternatives[1:] if other in entry)
+    return (f"key {name!r} is null" if name in entry else f"missing key {name!r}") + others
+
+
+_NEEDED_KEYS = {
+    "human_eval": (("task_id",), ("completion", "solution")),
+    "livecodebench": (("question_id",), ("code_list", "output_list")),
+    "generic": (("problem_id", "problem"), ("completions", "completion")),
+}
+
+
+def _entry_problem(entry: Any, layout: str) -> str | None:
+    """What keeps ``entry`` from being a ``layout`` entry (missing or null keys), or ``None``.
+
+    >>> _entry_problem({"solution": None}, "human_eval")
+    "missing key 'task_id', missing key 'completion' ('solution' is null)"
+    """
+    if not isinstance(entry, dict):
+        return f"not a JSON object but {type(entry).__name__}"
+    problems = [_key_problem(entry, *keys) for keys in _NEEDED_KEYS[layout]]
+    found = [problem for problem in problems if problem]
+    return ", ".join(found) or None
 
 
 def _samples_of(entry: dict[str, Any], layout: str, where: str, path: Path) -> list[ExternalSample]:
@@ -253,16 +314,18 @@ def match_samples(samples: Sequence[ExternalSample], problems: Sequence[EvalProb
             problem = candidates[0] if len(candidates) == 1 else None
         if problem is None:
             matched.unmatched.append((sample.where, sample.problem_id or (sample.problem_text or "")[:60]))
+            matched.positions.append(None)
             continue
         if sample.code is not None and problem.domain != "code":
             raise ValueError(
-                f"--samples {sample.where}: gives code for {problem.benchmark} problem {problem.problem_id!r}, "
+                f"--samples, {sample.where}: gives code for {problem.benchmark} problem {problem.problem_id!r}, "
                 "a math problem; pass the code benchmark the samples were made for (--benchmarks)."
             )
         program = _program(problem, sample) if sample.code is not None else None
         text = sample.text if sample.code is None or program is not None else ""
         key = (problem.benchmark, problem.problem_id)
         matched.problems[key] = problem
+        matched.positions.append((key, len(matched.groups.get(key, []))))
         matched.groups.setdefault(key, []).append(
             Sample(text=text, num_tokens=None, truncated=None, program=program)
         )

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..rewards import check_answers
 from ..estimators import distinct_answers, maj_at_n, mean_at_n, pass_at_k
+from ..rewards import check_answers
 
 MATH_STATUS_FRACTIONS = ("no_boxed", "timeout", "error")
 """Math sample statuses whose share is reported (``<status>_fraction``)."""
@@ -153,7 +153,7 @@ def summarize_problems(
     The function behind the ``evaluate`` metric (:data:`PASS_AT_K_METRIC_PATH`).
 
     >>> summarize_problems([["\\\\boxed{4}", "\\\\boxed{5}"], ["\\\\boxed{1}", "none"]], ["4", "2"], k=[1, 2])
-    {'pass@1': 0.25, 'pass@2': 0.5, 'mean@n': 0.25, 'maj@n': 0.5}
+    {'pass@1': 0.25, 'pass@2': 0.5, 'mean@n': 0.25, 'maj@n': 0.25}
     """
     if len(predictions) != len(references):
         raise ValueError(f"Got {len(predictions)} prediction lists for {len(references)} references.")

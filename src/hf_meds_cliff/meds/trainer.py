@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import textwrap
 import time
@@ -35,7 +36,9 @@ from .features import (
     resolve_decoder,
     select_layers,
 )
+from ..collapse import cluster_concentration
 from .answer_memory import ANSWER_MEMORY_JSON_NAME, AnswerMemory
+from .idle import idle_warning, meds_idle
 from .memory import (
     MEMORY_JSON_NAME,
     MEMORY_NPZ_NAME,
@@ -172,7 +175,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
     puts variance into an all-wrong group. Without dynamic sampling they stay in the batch with GRPO's advantage
     (0 from the correctness reward) and, under ``meds_memory_scope="filtered"``, stay out of the memory as in the
     reference; ``meds_shape_uniform_groups=True`` memorises and shapes them (this package's earlier behaviour).
-    ``meds/frac_groups_uniform`` logs their share of the batch.
+    ``meds/frac_groups_uniform`` logs their share of the batch, ``meds/frac_rows_shapeable`` the share of rows the
+    penalty can act on, and ``meds/idle`` (1.0) a step where most groups are uniform and nothing replaces or shapes
+    them: the first such step logs a warning with its numbers and the authors' setting
+    (:mod:`hf_meds_cliff.meds.idle`).
 
     Code: MEDS's feature is the first token of the final answer (``\\boxed{``), which a program does not have. The
     trainer refuses a :class:`~hf_meds_cliff.code.CodeTestsReward` as the correctness reward at start-up, and stops
@@ -646,12 +652,49 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._metrics["train"]["meds/frac_groups_uniform"].append(
             float(uniform.view(-1, self.num_generations)[:, 0].float().mean()) if len(uniform) else 0.0
         )
+        self._meds_log_idle(uniform, shaped_rows)
+        self._metrics["train"]["collapse/cluster_concentration"].append(
+            self._meds_wrong_cluster_concentration([keys[i] for i in rows if not is_correct[i]])
+        )
         process_slice = slice(
             self.accelerator.process_index * len(prompts), (self.accelerator.process_index + 1) * len(prompts)
         )
         self._log_completion_extra("meds_cluster_size", cluster_sizes[process_slice].tolist())
         logger.debug("MEDS step: %d/%d rows with features (%s)", int(scored.sum()), len(keys), source)
         return penalties
+
+    def _meds_wrong_cluster_concentration(self, wrong_keys: list[str]) -> float:
+        """``collapse/cluster_concentration``: mean over the batch's prompts with at least 2 stored wrong completions
+        of the share of them in the prompt's largest cluster (:func:`~hf_meds_cliff.collapse.cluster_concentration`);
+        NaN when no prompt has 2."""
+        shares = []
+        for key in dict.fromkeys(wrong_keys):
+            labels = self.meds_memory.stored_labels((key, False))
+            if len(labels) >= 2:
+                shares.append(cluster_concentration(labels.tolist()))
+        return sum(shares) / len(shares) if shares else math.nan
+
+    def _meds_log_idle(self, uniform: torch.Tensor, shaped_rows: torch.Tensor) -> None:
+        """``meds/idle`` and ``meds/frac_rows_shapeable``; warn once when most groups are uniform and nothing
+        replaces or shapes them (see :mod:`hf_meds_cliff.meds.idle`)."""
+        num_groups = len(uniform) // self.num_generations
+        uniform_groups = int(uniform.view(-1, self.num_generations)[:, 0].sum()) if num_groups else 0
+        idle = meds_idle(
+            uniform_groups,
+            num_groups,
+            dynamic_sampling=bool(self.args.dynamic_sampling),
+            shape_uniform_groups=bool(self.args.meds_shape_uniform_groups),
+        )
+        metrics = self._metrics["train"]
+        metrics["meds/idle"].append(float(idle))
+        metrics["meds/frac_rows_shapeable"].append(float(shaped_rows.float().mean()) if len(shaped_rows) else 0.0)
+        if idle and not getattr(self, "_meds_idle_warned", False):
+            self._meds_idle_warned = True
+            logger.warning(
+                idle_warning(
+                    self.state.global_step + 1, uniform_groups, num_groups, int(shaped_rows.sum()), len(shaped_rows)
+                )
+            )
 
     def _meds_log(
         self, features, cluster_sizes, penalties, has_feature, scored, time_features, time_clustering

@@ -1,7 +1,8 @@
 """pass@k evaluation: ``scripts/eval_passk.py`` and ``hf-meds-cliff eval`` (usage in that script).
 
 Writes ``samples.jsonl``, ``summary.json``, ``passk.csv`` and ``passk.png`` (see
-:mod:`hf_meds_cliff.evaluation.runner`); ``--compare DIR DIR ...`` overlays finished runs instead.
+:mod:`hf_meds_cliff.evaluation.runner`); ``--compare DIR DIR ...`` compares finished runs instead (an alias of
+``hf-meds-cliff compare``, :mod:`hf_meds_cliff.evaluation.compare`).
 
 ::
 
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from transformers import HfArgumentParser
 
 from hf_meds_cliff.errors import parse_dataclass_args, run_dataclass_command
-from hf_meds_cliff.evaluation import EvalArguments, compare_summaries, run_evaluation
+from hf_meds_cliff.evaluation import EvalArguments, run_evaluation
 from hf_meds_cliff.script_utils import reword_negated_flags
 
 logger = logging.getLogger("eval_passk")
@@ -39,9 +40,13 @@ def parse_args(argv: Sequence[str] | None = None, parser: HfArgumentParser | Non
 
 
 def main(args: EvalArguments) -> dict | None:
-    if args.compare:
-        plot_path, csv_path = compare_summaries(args.compare, args.output_dir)
-        logger.info("Wrote %s and %s", plot_path, csv_path)
+    if args.compare:  # the alias of `hf-meds-cliff compare` (--label a,b: one name per run)
+        from hf_meds_cliff.evaluation.compare import compare_runs, format_comparison
+
+        labels = [label.strip() for label in args.label.split(",")] if args.label else None
+        comparison = compare_runs(args.compare, labels, output_dir=args.output_dir)
+        print(format_comparison(comparison))
+        logger.info("Wrote compare.json, compare_passk.csv and compare_passk.png to %s", args.output_dir)
         return None
     summary = run_evaluation(args)
     for benchmark, block in {

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .base import ENDPOINT_FAILURES, JUDGMENT_STATUSES, Judgment, SolveFailure, Teacher, is_endpoint_failure
 
 _LAZY_ATTRIBUTES = {
+    "NoisyTeacher": "hf_meds_cliff.cliff.teachers.noisy",
     "OpenAICompatibleTeacher": "hf_meds_cliff.cliff.teachers.openai_compatible",
     "TransformersTeacher": "hf_meds_cliff.cliff.teachers.local",
     "RuleBasedToyTeacher": "hf_meds_cliff.cliff.teachers.rule_based",
@@ -22,6 +23,7 @@ __all__ = [
     "ENDPOINT_FAILURES",
     "JUDGMENT_STATUSES",
     "Judgment",
+    "NoisyTeacher",
     "OpenAICompatibleTeacher",
     "RuleBasedCodeTeacher",
     "RuleBasedToyTeacher",
@@ -35,6 +37,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover
     from .factory import build_teacher
     from .local import TransformersTeacher
+    from .noisy import NoisyTeacher
     from .openai_compatible import OpenAICompatibleTeacher
     from .rule_based import RuleBasedToyTeacher
     from .rule_based_code import RuleBasedCodeTeacher

@@ -4,7 +4,7 @@ r"""pass@k as a Hugging Face ``evaluate`` metric, loadable offline from the inst
     >>> from hf_meds_cliff.evaluation import PASS_AT_K_METRIC_PATH
     >>> metric = evaluate.load(PASS_AT_K_METRIC_PATH)
     >>> metric.compute(predictions=[["\\boxed{4}", "\\boxed{5}"]], references=["4"], k=[1, 2])
-    {'pass@1': 0.5, 'pass@2': 1.0, 'mean@n': 0.5, 'maj@n': 1.0}
+    {'pass@1': 0.5, 'pass@2': 1.0, 'mean@n': 0.5, 'maj@n': 0.5}
 
 Each prediction is the list of ``n`` sampled completions for one problem; each reference is its
 ground-truth answer. Completions are scored with ``hf_meds_cliff.rewards.check_answers`` (last
@@ -26,7 +26,8 @@ _CITATION = """\
 
 _DESCRIPTION = """\
 Unbiased pass@k (Chen et al., 2021) over n sampled completions per problem, with mean@n (average
-accuracy) and maj@n (majority vote over normalised answers). A completion is correct when its last
+accuracy) and maj@n (majority vote over normalised answers; answers tied for the most votes share the
+credit equally). A completion is correct when its last
 \\boxed{...} equals the reference answer under math-verify.
 """
 
