@@ -10,7 +10,7 @@ download), so the smoke test exercises the real Qwen3 modelling code, the layer 
 through peft, bf16 autocast and (when vLLM is importable) vLLM colocate generation. The warm-up takes a few CPU
 minutes on first use; on a bare GPU machine copy a warmed-up policy folder there (``~/.cache/hf_meds_cliff/toy/<key>``,
 or the one ``$HF_MEDS_CLIFF_CACHE`` points at) and pass it as ``--policy``, or point ``$HF_MEDS_CLIFF_CACHE`` at a
-copied cache. The CPU vLLM lane (README "The vLLM lane") runs the same three trainers on vLLM without a GPU.
+copied cache. The CPU vLLM lane (docs/vllm_lane.md) runs the same three trainers on vLLM without a GPU.
 
 MEDS runs on both of its feature paths: ``meds`` / ``meds_gradacc`` use MEDS's own no-grad forward (the latter
 with ``gradient_accumulation_steps=2``: a generation batch twice the per-device batch, run in several chunks,

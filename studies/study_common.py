@@ -155,7 +155,7 @@ def answer_statistics(answers_per_problem, truths, traps=None) -> dict:
 
 def pass_at_k_table(correct_counts: Sequence[int], n: int, ks: Sequence[int]) -> dict[str, float]:
     """Mean unbiased pass@k over problems, for every ``k <= n`` in ``ks`` (keys are strings, as in JSON)."""
-    from hf_meds_cliff.evaluation.estimators import pass_at_k
+    from hf_meds_cliff.estimators import pass_at_k
 
     return {str(k): statistics.mean(pass_at_k(n, c, k) for c in correct_counts) for k in ks if k <= n}
 
@@ -228,7 +228,7 @@ def pass_at_k_matrix(correct: Sequence[Sequence[int]], n: int, k: int):
     """
     import numpy as np
 
-    from hf_meds_cliff.evaluation.estimators import pass_at_k
+    from hf_meds_cliff.estimators import pass_at_k
 
     return np.array([[pass_at_k(n, int(c), k) for c in row] for row in correct], dtype=np.float64)
 

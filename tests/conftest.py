@@ -63,7 +63,7 @@ def pytest_configure(config) -> None:
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark every test that uses the toy policy ``toy_policy`` (``-m toy_policy`` runs them against another one), and
     deselect the vLLM lane's tests (marker ``vllm``) unless the ``-m`` expression names ``vllm``: they start the real
-    vLLM engine (tens of seconds and about 2.5 GB each) and need the lane's own environment (see README)."""
+    vLLM engine (tens of seconds and about 2.5 GB each) and need the lane's own environment (see docs/vllm_lane.md)."""
     for item in items:
         if TOY_POLICY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.toy_policy)

@@ -125,6 +125,7 @@ class StopServerAfterStep(TrainerCallback):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_teacher, tmp_path):
     """Two steps judged over HTTP, the server stopped, two more steps: the run goes on, the groups fall back as
     endpoint failures (a failed ``solve`` included), and the caches saved in the checkpoints load back."""
@@ -196,6 +197,7 @@ def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_t
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_cliff_with_the_served_qwen_world_as_teacher_survives_its_death(
     served_qwen_world, tmp_path, monkeypatch
 ):

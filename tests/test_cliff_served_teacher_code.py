@@ -22,7 +22,7 @@ from test_cliff_served_teacher import serve, write_verdict_teacher
 from hf_meds_cliff.cliff import split_code_units
 from hf_meds_cliff.cliff.protocol import problem_text
 
-pytestmark = [needs_qwen_tokenizer, pytest.mark.slow]
+pytestmark = [needs_qwen_tokenizer, pytest.mark.slow, pytest.mark.integration]
 
 NUM_GENERATIONS = 4
 TEACHER_ANSWER = (

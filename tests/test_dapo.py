@@ -332,3 +332,14 @@ def test_dynamic_sampling_with_two_processes_keeps_whole_groups(tmp_path):
             == local[0]["mask_sum"] + local[1]["mask_sum"]
         )
     assert ranks[0]["rounds"] == ranks[1]["rounds"]
+
+
+def test_a_local_base_model_never_appears_as_none_in_the_card(tiny_policy, tmp_path):
+    """TRL's template writes "fine-tuned version of [None](https://huggingface.co/None)" for a base model given as
+    a local folder; the card of the scripts' GRPO/DAPO trainer says it plainly, with the dataset TRL names."""
+    trainer = make_trainer(tiny_policy, tmp_path, parity_reward)
+    trainer.create_model_card(model_name="toy-grpo", dataset_name="openai/gsm8k")
+    text = (tmp_path / "README.md").read_text()
+    assert "None" not in text.split("## ")[0] and "huggingface.co/None" not in text
+    assert "# Model Card for toy-grpo" in text
+    assert "fine-tuned from a local base model folder (not a Hugging Face Hub model) on the [openai/gsm8k]" in text

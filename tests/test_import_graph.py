@@ -1,4 +1,8 @@
-"""No import circle in ``src/``: the package's modules form a layered graph.
+"""No import circle in ``src/``, and no arrow between rooms that must not cross.
+
+Rooms are the package's first-level folders. The two methods (``meds/``, ``cliff/``) never import each other:
+what both need lives in a shared room (``code/``, ``data.py``, ``sentences.py``, ...). The toy world (``toy/``) is
+the ground floor: it never reaches up to the evaluation runner or to a method.
 
 The graph is read from the source with ``ast`` (no module is imported): an edge ``a -> b`` for every import of
 ``b`` anywhere in ``a`` (module level or inside a function: a lazy import hides a circle, it does not remove it),
@@ -137,6 +141,32 @@ def _cycle_within(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"{sorted(component)} is not strongly connected")
 
 
+FORBIDDEN_CROSSINGS = (
+    ("meds", "cliff"),
+    ("cliff", "meds"),
+    ("toy", "evaluation"),
+    ("toy", "cliff"),
+)
+"""``(from room, to room)`` pairs with no import arrow allowed."""
+
+
+def _room(module: str) -> str:
+    """First-level folder of a module: ``pkg.meds.trainer`` -> ``meds``; ``pkg.data`` -> ``data``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def forbidden_arrows(graph: dict[str, set[str]], crossings=FORBIDDEN_CROSSINGS) -> list[str]:
+    """``"a -> b"`` for every import of ``graph`` from one room to another that ``crossings`` forbids."""
+    pairs = set(crossings)
+    return [
+        f"{module} -> {target}"
+        for module in sorted(graph)
+        for target in sorted(graph[module])
+        if (_room(module), _room(target)) in pairs
+    ]
+
+
 def _write_package(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = root / name
@@ -153,6 +183,43 @@ def test_the_package_has_no_import_circle():
     assert not cycles, "import circles in src/ (give the shared code one home below both):\n" + "\n".join(
         " -> ".join(cycle) for cycle in cycles
     )
+
+
+def test_no_method_imports_the_other_and_the_toy_world_does_not_reach_up():
+    graph = import_graph(ROOT / "src", PACKAGE)
+    assert graph[f"{PACKAGE}.meds.trainer"] and graph[f"{PACKAGE}.toy.checker"]  # the walk found the rooms
+    arrows = forbidden_arrows(graph)
+    assert not arrows, (
+        "imports between rooms that must not cross (move what both use into a shared room such as code/, "
+        "data.py or sentences.py):\n" + "\n".join(arrows)
+    )
+
+
+def test_the_room_rule_sees_lazy_imports_package_inits_and_both_directions(tmp_path):
+    source = _write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/data.py": "",
+            "pkg/meds/__init__.py": "",
+            "pkg/meds/trainer.py": "def f():\n    from ..cliff.protocol import problem_text\n",
+            "pkg/cliff/__init__.py": "",
+            "pkg/cliff/protocol.py": "from ..data import x\n",
+            "pkg/cliff/trainer.py": "from pkg.meds import trainer\n",
+            "pkg/toy/__init__.py": "",
+            "pkg/toy/warmup.py": "from ..evaluation.estimators import pass_at_k\nfrom ..data import x\n",
+            "pkg/evaluation/__init__.py": "",
+            "pkg/evaluation/estimators.py": "from ..toy import warmup\n",
+        },
+    )
+    assert forbidden_arrows(import_graph(source, "pkg")) == [
+        "pkg.cliff.trainer -> pkg.meds",
+        "pkg.cliff.trainer -> pkg.meds.trainer",
+        "pkg.meds.trainer -> pkg.cliff",
+        "pkg.meds.trainer -> pkg.cliff.protocol",
+        "pkg.toy.warmup -> pkg.evaluation",
+        "pkg.toy.warmup -> pkg.evaluation.estimators",
+    ]
 
 
 def test_the_cycle_finder_sees_circles_through_lazy_imports_and_package_inits(tmp_path):

@@ -140,6 +140,7 @@ def test_pass_at_k_matrix_by_hand():
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_quick_mode_writes_the_results_format_and_the_report(toy_policy_path, tmp_path):
     results, report = tmp_path / "results", tmp_path / "docs" / "learning_study.md"
     common = ["--quick", "--results_dir", str(results), "--output_dir", str(tmp_path / "work")]
@@ -217,6 +218,7 @@ def test_stage3_report_tables_by_hand(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_quick_stage3_writes_the_preregistered_record(toy_policy_path, tmp_path):
     results = tmp_path / "results"
     common = ["--quick", "--results_dir", str(results), "--output_dir", str(tmp_path / "work")]

@@ -77,6 +77,7 @@ def test_report_statistics_by_hand():
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_mechanism_study_quick_mode(toy_policy_path, tmp_path):
     study = load_module(ROOT / "studies" / "mechanism_study.py", "mechanism_study")
     report = tmp_path / "docs" / "mechanism_study.md"

@@ -433,3 +433,19 @@ def test_a_failing_fit_leaves_the_memory_unchanged(monkeypatch):
     assert memory.fingerprint() == before and memory.num_updates == 1
     monkeypatch.setattr(memory_module, "labels_from_spanning_tree", real)
     assert memory.assign_and_update(["a", "b"], np.array([unit(1), unit(1)])).tolist() == [3, 3]
+
+
+def test_a_cold_numba_cache_is_announced_once_before_the_first_compile(monkeypatch, caplog):
+    """A first run on a machine compiles the clustering routines with no output of numba's own: say so, once."""
+    import logging
+
+    from hf_meds_cliff.meds import clustering
+
+    for cache_exists, expected in ((True, 0), (False, 1)):
+        monkeypatch.setattr(clustering, "_ANNOUNCED", False)
+        monkeypatch.setattr(clustering.os.path, "exists", lambda path, cache_exists=cache_exists: cache_exists)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hf_meds_cliff.meds.clustering"):
+            ErrorMemory().assign_and_update(["q", "q"], np.eye(2))
+            ErrorMemory().assign_and_update(["q", "q"], np.eye(2))  # once per process
+        assert sum("compiling its numba routines" in r.getMessage() for r in caplog.records) == expected

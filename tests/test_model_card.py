@@ -7,6 +7,7 @@ from hf_meds_cliff.model_card import (
     model_index_from_summary,
     render_method_section,
     reproduce_command,
+    without_local_base_model,
 )
 
 SUMMARY = {
@@ -84,3 +85,28 @@ def test_add_passk_results_updates_metadata_and_table(tmp_path):
     assert "No pass@k evaluation" not in updated.text and "| `meds_alpha` | `0.1` |" in updated.text
     with pytest.raises(ValueError, match="no pass@k results"):
         add_passk_results(path, {"benchmarks": {}})
+
+
+@pytest.mark.parametrize("dataset", [None, "openai/gsm8k"])
+def test_a_local_base_model_is_said_plainly_with_or_without_a_dataset(dataset):
+    from trl.trainer.utils import generate_model_card
+
+    card = generate_model_card(
+        base_model=None,  # what TRL passes for a base model given as a local folder
+        model_name=None,
+        hub_model_id=None,
+        dataset_name=dataset,
+        tags=[],
+        wandb_url=None,
+        trackio_url=None,
+        trainer_name="GRPO",
+        trainer_citation=None,
+        paper_title=None,
+        paper_id=None,
+        comet_url=None,
+    )
+    assert "[None](https://huggingface.co/None)" in str(card)  # the template's own text
+    text = without_local_base_model(str(card), "my-run")
+    assert "None" not in text.split("## ")[0]
+    assert "This model was fine-tuned from a local base model folder (not a Hugging Face Hub model)" in text
+    assert ("[openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k) dataset." in text) == (dataset is not None)

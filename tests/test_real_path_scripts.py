@@ -159,6 +159,7 @@ def test_train_meds_on_math_finds_features_and_penalises(qwen_world_path, data_f
     assert trainer.meds_memory.num_rows > 0 and (tmp_path / "meds_memory").is_dir()
 
 
+@pytest.mark.integration
 def test_train_cliff_on_aime_style_data_with_a_local_teacher(
     qwen_world_path, data_files, tmp_path, monkeypatch
 ):

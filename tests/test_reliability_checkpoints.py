@@ -183,7 +183,7 @@ def test_meds_memory_of_another_feature_width_is_rejected_at_load(tmp_path):
 def _cliff_trainer(output_dir, **overrides):
     driver = load_module(ROOT / "tests" / "multiproc" / "cliff_driver.py", "cliff_driver")
     trainer = driver.build_trainer(
-        str(output_dir), 4, steps=4, num_prompts=4, save_total_limit=1, **overrides
+        str(output_dir), 4, steps=4, num_prompts=4, **{"save_total_limit": 1, **overrides}
     )
     trainer.create_optimizer_and_scheduler(num_training_steps=4)
     return trainer
@@ -300,3 +300,85 @@ def test_meds_sigkill_while_saving_the_memory_then_resume_true(tmp_path):
     _save(resumed, 2)  # the resumed run reaches step 2 again: its save replaces the debris
     assert sorted(p.name for p in memory_dir.iterdir()) == ["meds_memory.json", MEMORY_NPZ_NAME]
     assert resolve_resume_checkpoint("true", run) == str(run / "checkpoint-2")
+
+
+# ------------------------------------------------------------- resume_from_checkpoint=True after lost method state
+
+
+class StopAfterLoad(BaseException):
+    """Ends train() right after the checkpoint's state is loaded (no training step runs)."""
+
+
+def _resume_true_and_stop(trainer, monkeypatch):
+    """``trainer.train(resume_from_checkpoint=True)`` through the real training loop, stopped right after the
+    trainer loaded a checkpoint; returns the folder it loaded."""
+    loaded = []
+    real = type(trainer)._load_optimizer_and_scheduler
+
+    def load_then_stop(self, checkpoint):
+        real(self, checkpoint)
+        loaded.append(checkpoint)
+        raise StopAfterLoad
+
+    monkeypatch.setattr(type(trainer), "_load_optimizer_and_scheduler", load_then_stop)
+    with pytest.raises(StopAfterLoad):
+        trainer.train(resume_from_checkpoint=True)
+    return loaded[0]
+
+
+@pytest.mark.parametrize("lost", [MEMORY_NPZ_NAME, "meds_memory.json", "the whole folder"])
+def test_meds_train_resume_true_skips_a_checkpoint_whose_memory_was_lost(tmp_path, monkeypatch, caplog, lost):
+    import shutil
+
+    trainer = _meds_trainer(tmp_path / "run", save_total_limit=2)
+    first = _grow_memory(trainer, 1)
+    _save(trainer, 1)
+    _grow_memory(trainer, 2)
+    _save(trainer, 2)
+    damaged = tmp_path / "run" / "checkpoint-2" / MEMORY_DIRNAME
+    if lost == "the whole folder":
+        shutil.rmtree(damaged)
+    else:
+        (damaged / lost).unlink()
+
+    resumed = _meds_trainer(tmp_path / "run", save_total_limit=2)
+    checkpoint = _resume_true_and_stop(resumed, monkeypatch)
+    assert checkpoint == str(tmp_path / "run" / "checkpoint-1")
+    assert resumed.meds_memory.fingerprint() == first
+    assert "Skipping" in caplog.text and "checkpoint-2" in caplog.text and "meds_memory/" in caplog.text
+
+
+def test_meds_train_resume_true_with_no_intact_memory_names_the_folder_and_the_fix(tmp_path):
+    trainer = _meds_trainer(tmp_path / "run")
+    _grow_memory(trainer, 1)
+    _save(trainer, 1)
+    (tmp_path / "run" / "checkpoint-1" / MEMORY_DIRNAME / MEMORY_NPZ_NAME).unlink()
+    resumed = _meds_trainer(tmp_path / "run")
+    with pytest.raises(ValueError, match=r"no complete checkpoint-N folder \(one with trainer_state.json, "
+                       r"meds_memory/meds_memory.json, meds_memory/meds_memory.npz\).*--resume_from_checkpoint PATH"):
+        resumed.train(resume_from_checkpoint=True)
+
+
+def test_meds_train_resume_true_with_an_empty_memory_allowed_takes_the_newest(tmp_path, monkeypatch):
+    trainer = _meds_trainer(tmp_path / "run", save_total_limit=2)
+    _grow_memory(trainer, 1)
+    _save(trainer, 1)
+    _save(trainer, 2)
+    (tmp_path / "run" / "checkpoint-2" / MEMORY_DIRNAME / MEMORY_NPZ_NAME).unlink()
+    allowed = _meds_trainer(tmp_path / "run", save_total_limit=2, meds_allow_empty_memory_on_resume=True)
+    assert _resume_true_and_stop(allowed, monkeypatch) == str(tmp_path / "run" / "checkpoint-2")
+    assert allowed.meds_memory.num_rows == 0
+
+
+def test_cliff_train_resume_true_skips_a_checkpoint_whose_judge_cache_was_lost(tmp_path, monkeypatch, caplog):
+    trainer = _cliff_trainer(tmp_path / "run", save_total_limit=2)
+    trainer.cliff_judge.references["p1"] = "first"
+    _save(trainer, 1)
+    trainer.cliff_judge.references["p2"] = "second"
+    _save(trainer, 2)
+    (tmp_path / "run" / "checkpoint-2" / "cliff_state.json").unlink()
+
+    resumed = _cliff_trainer(tmp_path / "run", save_total_limit=2)
+    assert _resume_true_and_stop(resumed, monkeypatch) == str(tmp_path / "run" / "checkpoint-1")
+    assert set(resumed.cliff_judge.references) == {"p1"}
+    assert "Skipping" in caplog.text and "cliff_state.json" in caplog.text

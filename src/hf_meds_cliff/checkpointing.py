@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -140,15 +140,27 @@ def read_json_file(path: str | os.PathLike, fix: str) -> Any:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def is_complete_checkpoint(folder: str | os.PathLike) -> bool:
-    """Whether ``folder`` holds TRL's ``trainer_state.json`` (written last, see the module docstring)."""
-    return (Path(folder) / TRAINER_STATE_NAME).is_file()
+def missing_checkpoint_files(folder: str | os.PathLike, method_files: Sequence[str] = ()) -> list[str]:
+    """Which of TRL's ``trainer_state.json`` and ``method_files`` (paths relative to ``folder``: a trainer's method
+    state, e.g. ``meds_memory/meds_memory.npz``) ``folder`` lacks; empty when it is a complete checkpoint."""
+    folder = Path(folder)
+    return [name for name in (TRAINER_STATE_NAME, *method_files) if not (folder / name).is_file()]
 
 
-def latest_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+def is_complete_checkpoint(folder: str | os.PathLike, method_files: Sequence[str] = ()) -> bool:
+    """Whether ``folder`` holds TRL's ``trainer_state.json`` (written last, see the module docstring) and every one
+    of ``method_files`` (the trainer's method state, written before it)."""
+    return not missing_checkpoint_files(folder, method_files)
+
+
+def latest_complete_checkpoint(
+    output_dir: str | os.PathLike, method_files: Sequence[str] = ()
+) -> Path | None:
     """The ``checkpoint-N`` folder of ``output_dir`` with the highest N that is complete; ``None`` if none is.
 
-    Incomplete ones (a run killed while saving) are skipped with a warning naming them.
+    Complete: it has ``trainer_state.json`` and each of ``method_files`` (see :func:`missing_checkpoint_files`).
+    Incomplete ones (a run killed while saving, or a checkpoint whose method state was lost since) are skipped with
+    a warning naming them and the missing files.
     """
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
@@ -159,11 +171,20 @@ def latest_complete_checkpoint(output_dir: str | os.PathLike) -> Path | None:
         if child.is_dir() and (match := _CHECKPOINT_PATTERN.match(child.name))
     )
     for _, folder in reversed(numbered):
-        if is_complete_checkpoint(folder):
+        missing = missing_checkpoint_files(folder, method_files)
+        if not missing:
             return folder
-        logger.warning(
-            "Skipping %s: it has no %s (the run stopped while saving it).", folder, TRAINER_STATE_NAME
-        )
+        if TRAINER_STATE_NAME in missing:
+            logger.warning(
+                "Skipping %s: it has no %s (the run stopped while saving it).", folder, TRAINER_STATE_NAME
+            )
+        else:
+            logger.warning(
+                "Skipping %s: it has no %s (its method state was lost or removed after the save); resuming from "
+                "an older complete checkpoint.",
+                folder,
+                ", ".join(missing),
+            )
     return None
 
 
@@ -171,11 +192,15 @@ _TRUE_WORDS = ("true", "yes", "1", "latest")
 _FALSE_WORDS = ("false", "no", "0", "none", "")
 
 
-def resolve_resume_checkpoint(value: str | bool | None, output_dir: str | os.PathLike) -> str | None:
+def resolve_resume_checkpoint(
+    value: str | bool | None, output_dir: str | os.PathLike, method_files: Sequence[str] = ()
+) -> str | None:
     """Turn ``--resume_from_checkpoint`` into what ``Trainer.train`` takes: a checkpoint folder or ``None``.
 
-    ``true``/``latest`` (any case) is the newest *complete* ``checkpoint-N`` in ``output_dir``; ``false`` or
-    unset is a fresh start; anything else is a checkpoint folder, which must exist and be complete.
+    ``true``/``latest`` (any case) is the newest *complete* ``checkpoint-N`` in ``output_dir`` (with
+    ``trainer_state.json`` and each of ``method_files``); ``false`` or unset is a fresh start; anything else is a
+    checkpoint folder, which must exist and hold ``trainer_state.json`` (the trainer then checks its method state
+    when it loads it, and names the fix).
 
     >>> resolve_resume_checkpoint("false", "/nonexistent") is None
     True
@@ -185,10 +210,11 @@ def resolve_resume_checkpoint(value: str | bool | None, output_dir: str | os.Pat
     if isinstance(value, str) and value.strip().lower() in _FALSE_WORDS:
         return None
     if value is True or (isinstance(value, str) and value.strip().lower() in _TRUE_WORDS):
-        checkpoint = latest_complete_checkpoint(output_dir)
+        checkpoint = latest_complete_checkpoint(output_dir, method_files)
         if checkpoint is None:
+            required = ", ".join((TRAINER_STATE_NAME, *method_files))
             raise ValueError(
-                f"--resume_from_checkpoint true: no complete checkpoint-N folder (one with {TRAINER_STATE_NAME}) "
+                f"--resume_from_checkpoint true: no complete checkpoint-N folder (one with {required}) "
                 f"in output_dir={str(output_dir)!r}. Pass the folder of a checkpoint with "
                 "--resume_from_checkpoint PATH, point --output_dir at the earlier run, or drop the flag to start fresh."
             )
@@ -329,8 +355,9 @@ class CheckpointSafetyMixin:
 
     * ``train``: ``resume_from_checkpoint`` goes through :func:`resolve_resume_checkpoint`, the function the
       scripts use: ``True`` (or ``"true"``/``"latest"``) is the newest *complete* ``checkpoint-N`` of
-      ``args.output_dir`` (one with ``trainer_state.json``, which the trainers write after their method state), and
-      each newer, incomplete one (a run killed while saving) is skipped with a warning naming it; transformers' own
+      ``args.output_dir`` (one with ``trainer_state.json``, which the trainers write after their method state, and
+      with every file of :meth:`_resume_method_files`), and each newer, incomplete one (a run killed while saving,
+      or method state lost after the save) is skipped with a warning naming it and what it lacks; transformers' own
       lookup takes the highest number whatever it holds. A folder must be a complete checkpoint; ``False``/``None``
       start fresh. Raises ``ValueError`` naming the folder and the fix when there is nothing to resume from.
     * ``_save`` and ``_push_from_checkpoint`` (the two places transformers ``torch.save``\ s ``self.args`` as
@@ -340,8 +367,15 @@ class CheckpointSafetyMixin:
       still authenticates with ``hub_token``. See :func:`pickled_without_secrets`.
     """
 
+    def _resume_method_files(self) -> tuple[str, ...]:
+        """Files of a checkpoint (relative to its folder) this trainer cannot resume without, besides TRL's own:
+        its method state. ``train(resume_from_checkpoint=True)`` skips a checkpoint that lacks one. None here."""
+        return ()
+
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        checkpoint = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        checkpoint = resolve_resume_checkpoint(
+            resume_from_checkpoint, self.args.output_dir, self._resume_method_files()
+        )
         return super().train(checkpoint, *args, **kwargs)
 
     def _save(self, *args: Any, **kwargs: Any) -> None:

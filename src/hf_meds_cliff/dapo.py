@@ -26,6 +26,7 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from .checkpointing import CheckpointSafetyMixin
+from .model_card import LocalBaseModelCardMixin
 
 logger = logging.getLogger(__name__)
 
@@ -331,7 +332,7 @@ class DynamicSamplingMixin:
         return {key: value[mine] for key, value in gathered.items()}
 
 
-class DAPOTrainer(DynamicSamplingMixin, CheckpointSafetyMixin, GRPOTrainer):
+class DAPOTrainer(DynamicSamplingMixin, CheckpointSafetyMixin, LocalBaseModelCardMixin, GRPOTrainer):
     """``GRPOTrainer`` with DAPO dynamic sampling (configure with :class:`DAPOConfig`).
 
     DAPO's other parts are TRL options: ``loss_type="dapo"``, ``epsilon_high=0.28``, ``beta=0`` and the

@@ -55,6 +55,29 @@ def prompt_keys(prompts: Sequence[Any], ids: Sequence[Any] | None = None) -> lis
     return [prompt_key(p) for p in prompts]
 
 
+def problem_text(prompt: Any) -> str:
+    """The problem a teacher sees: a plain prompt, or the content of the last user message of a chat prompt.
+
+    >>> problem_text("Compute 1 + 2.")
+    'Compute 1 + 2.'
+    >>> problem_text([{"role": "system", "content": "s"}, {"role": "user", "content": "Compute 1 + 2."}])
+    'Compute 1 + 2.'
+    """
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        for message in reversed(prompt):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content", "")
+                if isinstance(content, str):
+                    return content
+                # multimodal content blocks: keep the text parts
+                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    raise TypeError(
+        f"Cannot find the problem text in prompt {prompt!r:.120}; expected a string or chat messages."
+    )
+
+
 PROMPT_TEMPLATES = ("qwen_math", "qwen_math_user", "plain", "one_shot_boxed", "keep")
 """How a problem becomes a chat prompt:
 

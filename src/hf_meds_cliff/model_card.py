@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -128,6 +129,48 @@ def render_method_section(
         passk_table=render_passk_table(passk_summary),
         domain_line=f"\nTrained on the **{domain}** domain.\n" if domain else "",
     )
+
+
+_LOCAL_BASE_MODEL = re.compile(
+    r"This model is a fine-tuned version of \[None\]\(https://huggingface\.co/None\)(?P<dataset> on the \[[^\]]*\]\([^)]*\) dataset)?\."
+)
+
+
+def without_local_base_model(text: str, name: str) -> str:
+    """TRL's card text with what its template writes for a base model given as a local folder (TRL passes no
+    Hub id, and the template prints ``None``) said plainly: the title and the usage snippet name ``name``, and the
+    first sentence says the base model was a local folder (with the dataset, when TRL names one).
+
+    >>> print(without_local_base_model(
+    ...     "# Model Card for None\\n\\nThis model is a fine-tuned version of [None](https://huggingface.co/None) on "
+    ...     "the [openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k) dataset.\\n", "run-1"))
+    # Model Card for run-1
+    <BLANKLINE>
+    This model was fine-tuned from a local base model folder (not a Hugging Face Hub model) on the [openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k) dataset.
+    <BLANKLINE>
+    """
+    text = text.replace("# Model Card for None", f"# Model Card for {name}")
+    text = _LOCAL_BASE_MODEL.sub(
+        lambda match: "This model was fine-tuned from a local base model folder (not a Hugging Face Hub model)"
+        + (match.group("dataset") or "")
+        + ".",
+        text,
+    )
+    return text.replace('model="None"', f'model="{name}"')
+
+
+class LocalBaseModelCardMixin:
+    """``create_model_card`` of a trainer without a method section (the scripts' GRPO/DAPO trainer): TRL's card,
+    with a local base model said plainly (:func:`without_local_base_model`). Put it before ``GRPOTrainer``."""
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        path = Path(self.args.output_dir) / "README.md"
+        if path.is_file():
+            name = model_name or Path(self.args.output_dir).name
+            path.write_text(without_local_base_model(path.read_text(encoding="utf-8"), name), encoding="utf-8")
 
 
 def base_model_provenance(model_path: str | os.PathLike | None) -> str:
@@ -250,11 +293,7 @@ class MethodModelCardMixin:
         card = ModelCard.load(path)
         name = model_name or Path(self.args.output_dir).name
         # TRL's template prints "None" for a model trained from a local folder (no Hub base model, no hub id).
-        card.text = card.text.replace("# Model Card for None", f"# Model Card for {name}")
-        card.text = card.text.replace(
-            "This model is a fine-tuned version of [None](https://huggingface.co/None).\n", ""
-        )
-        card.text = card.text.replace('model="None"', f'model="{name}"')
+        card.text = without_local_base_model(card.text, name)
         summary = find_passk_summary(self.args.output_dir)
         domain = self._model_card_domain()
         card.text += "\n" + render_method_section(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as _datetime
 import html
+import itertools
 import json
 import logging
 import math
@@ -999,13 +1000,48 @@ def _rollout_block(record: Mapping[str, Any]) -> str:
     )
 
 
+_EVAL_FLAGS_FROM_TRAINING = ("--prompt_template", "--problem_column", "--answer_column")
+
+
+def eval_command_hint(run_dir: Path) -> str:
+    """The ``hf-meds-cliff eval`` command for a run without an eval summary, with the run's own prompt template and
+    dataset columns, read from the reproduce command in its model card (``README.md``). The toy world is evaluated
+    on the ``toy`` benchmark; any other dataset on its held-out split, which the user names.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> _ = (run / "README.md").write_text("### Reproduce\\n\\n```bash\\nhf-meds-cliff grpo --dataset_name "
+    ...     "data/train.jsonl --prompt_template one_shot_boxed\\n```\\n")
+    >>> eval_command_hint(run).split(" --")[2:4]
+    ['benchmarks HELD_OUT_SPLIT_OF_data/train.jsonl', 'prompt_template one_shot_boxed']
+    """
+    flags: dict[str, str] = {}
+    try:
+        card = (run_dir / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        card = ""
+    block = re.search(r"### Reproduce\s*```bash\n(.*?)\n```", card, re.DOTALL)
+    try:
+        words = shlex.split(block.group(1)) if block else []
+    except ValueError:  # an edited card: fall back to the defaults
+        words = []
+    for flag, value in itertools.pairwise(words):
+        if flag.startswith("--"):
+            flags.setdefault(flag, value)
+    dataset = flags.get("--dataset_name", "toy")
+    code = flags.get("--domain") == "code"
+    benchmark = "toy" if dataset == "toy" and not code else f"HELD_OUT_SPLIT_OF_{dataset}"
+    parts = ["hf-meds-cliff eval --model_name_or_path", shlex.quote(str(run_dir)), "--benchmarks", benchmark]
+    if benchmark != "toy":  # the toy prompts are used as they are
+        parts += [f"{flag} {shlex.quote(flags[flag])}" for flag in _EVAL_FLAGS_FROM_TRAINING if flag in flags]
+    return " ".join([*parts, "--output_dir", shlex.quote(str(run_dir / "eval"))])
+
+
 def eval_section(data: RunData) -> str:
     if not data.eval_summaries:
         return (
             '<section id="passk"><h2>pass@k</h2><p class="empty">No eval summary in or next to the run. '
-            "Evaluate it "
-            f"with <code>hf-meds-cliff eval --model_name_or_path {esc(shlex.quote(str(data.run_dir)))} "
-            f"--output_dir {esc(shlex.quote(str(data.run_dir / 'eval')))}</code> and render the report again."
+            f"Evaluate it with <code>{esc(eval_command_hint(data.run_dir))}</code> and render the report again."
             "</p></section>"
         )
     out = ['<section id="passk"><h2>pass@k</h2>']

@@ -542,6 +542,24 @@ def _warn_if_a_checkpoint_may_not_fit(trainer) -> None:
         )
 
 
+def compact_progress_callback():
+    """transformers' progress bar with the logged step's reward and loss as its postfix, instead of the whole metrics
+    dict written under the bar at every logged step. The toy demo uses it (:func:`run_training`); every metric still
+    goes to the trainer's log history and ``metrics.jsonl``."""
+    from transformers.trainer_callback import ProgressCallback
+
+    class CompactProgressCallback(ProgressCallback):
+        shown = ("reward", "loss")
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and self.training_bar is not None and logs:
+                postfix = {k: f"{logs[k]:.3g}" for k in self.shown if isinstance(logs.get(k), (int, float))}
+                if postfix:
+                    self.training_bar.set_postfix(postfix, refresh=False)
+
+    return CompactProgressCallback
+
+
 def run_training(trainer_cls: type, script_args, training_args, model_args, **trainer_kwargs):
     """Build the trainer, train (resuming if asked), save model + tokenizer + metrics; returns the trainer.
 
@@ -551,6 +569,19 @@ def run_training(trainer_cls: type, script_args, training_args, model_args, **tr
     trainer = build_trainer(trainer_cls, script_args, training_args, model_args, **trainer_kwargs)
     if trainer.accelerator.is_main_process:
         _warn_if_a_checkpoint_may_not_fit(trainer)
+    if checkpoint is not None and hasattr(trainer, "_resume_method_files"):
+        # the trainer's own rule (CheckpointSafetyMixin) also skips a checkpoint whose method state is gone
+        from .checkpointing import resolve_resume_checkpoint
+
+        checkpoint = resolve_resume_checkpoint(
+            training_args.resume_from_checkpoint, training_args.output_dir, trainer._resume_method_files()
+        )
+    if is_toy(model_args.model_name_or_path) and not training_args.disable_tqdm:
+        # the toy demo: a bar with reward and loss, not TRL's metrics dict printed at every one of its 40 steps
+        from transformers.trainer_callback import ProgressCallback
+
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(compact_progress_callback())
     _TRAINING_STARTED.set()  # from here on an error keeps its traceback (run_script)
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(training_args.output_dir)  # also saves the tokenizer (the processing class)

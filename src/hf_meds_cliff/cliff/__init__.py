@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .sentences import code_unit_texts, sentence_texts, split_code_units, split_sentences
+from ..sentences import code_unit_texts, sentence_texts, split_code_units, split_sentences
 
 _LAZY_ATTRIBUTES = {
     "cliff_token_advantages": "hf_meds_cliff.cliff.advantages",

@@ -359,7 +359,7 @@ def first_mistake_token_positions(
     Returns:
         ``len(completion_ids)`` ints, each in ``[0, len(completion_ids[i])]``.
     """
-    from .sentences import split_sentences
+    from ..sentences import split_sentences
 
     split = split_sentences if split is None else split
 

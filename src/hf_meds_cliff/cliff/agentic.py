@@ -22,8 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..agentic import assistant_runs, policy_token_mask
-from .sentences import split_sentences
+from ..agentic import (
+    ENVIRONMENT_MARKER,
+    TOOL_CALL_MARKER,
+    assistant_runs,
+    format_tool_call,
+    parse_tool_call_unit,
+    policy_token_mask,
+)
+from ..sentences import split_sentences
 
 if TYPE_CHECKING:
     import torch
@@ -40,45 +47,7 @@ __all__ = [
     "split_agentic_rollout",
 ]
 
-TOOL_CALL_MARKER = "[tool call] "
-"""How a tool-call unit starts in the text the teacher sees: ``[tool call] name {"arg": value}``."""
-ENVIRONMENT_MARKER = "[environment: "
-"""How an environment reply starts (``[environment: name] reply``), on its own line under the call it answers."""
-
 _DECODE = {"skip_special_tokens": False, "clean_up_tokenization_spaces": False}
-
-
-def format_tool_call(name: str, arguments: Any) -> str:
-    """The unit text of one tool call.
-
-    >>> format_tool_call("multiply", {"a": 3, "b": 4})
-    '[tool call] multiply {"a": 3, "b": 4}'
-    """
-    if isinstance(arguments, str):  # some parsers leave the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            pass
-    return f"{TOOL_CALL_MARKER}{name} {json.dumps(arguments, ensure_ascii=False, sort_keys=False)}"
-
-
-def parse_tool_call_unit(unit: str) -> tuple[str, Any] | None:
-    """``(name, arguments)`` of a tool-call unit (environment lines under it ignored); ``None`` for a sentence.
-
-    >>> parse_tool_call_unit('[tool call] add {"a": 1, "b": 2}\\n    [environment: add] 3')
-    ('add', {'a': 1, 'b': 2})
-    >>> parse_tool_call_unit("1 + 2 = 3.") is None
-    True
-    """
-    text = unit.strip()
-    if not text.startswith(TOOL_CALL_MARKER):
-        return None
-    first_line = text[len(TOOL_CALL_MARKER) :].split("\n", 1)[0]
-    name, _, arguments = first_line.partition(" ")
-    try:
-        return name, json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return name, arguments
 
 
 def is_agentic_units(units: Sequence[str]) -> bool:

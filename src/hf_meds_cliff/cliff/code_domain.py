@@ -23,6 +23,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..code.reward import is_code_reward  # its home is the code room; re-exported here
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -48,13 +50,6 @@ _STATUS_WORDS = {
     "compile_error": "the program does not compile (syntax error)",
     "sandbox_error": "the sandbox failed to run the program (this says nothing about the program)",
 }
-
-
-def is_code_reward(reward: Any) -> bool:
-    """Whether ``reward`` is the code-test reward (:class:`hf_meds_cliff.code.CodeTestsReward`)."""
-    from hf_meds_cliff.code import CodeTestsReward
-
-    return isinstance(reward, CodeTestsReward)
 
 
 def resolve_cliff_domain(

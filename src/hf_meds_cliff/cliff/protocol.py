@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from .sentences import split_sentences
+from ..data import problem_text  # noqa: F401 - its home is data.py (MEDS uses it too); re-exported here
+from ..sentences import split_sentences
 from .teachers.base import ENDPOINT_FAILURES, Judgment, SolveFailure, Teacher, is_endpoint_failure
 
 logger = logging.getLogger(__name__)
@@ -127,29 +128,6 @@ def reduce_first_mistakes(votes: Sequence[int | None], reducer: str = "median") 
         result = min(i for i, c in counts.items() if c == best)
     agreement = sum(1 for v in votes if v == result) / len(votes)
     return result, agreement
-
-
-def problem_text(prompt: Any) -> str:
-    """The problem a teacher sees: a plain prompt, or the content of the last user message of a chat prompt.
-
-    >>> problem_text("Compute 1 + 2.")
-    'Compute 1 + 2.'
-    >>> problem_text([{"role": "system", "content": "s"}, {"role": "user", "content": "Compute 1 + 2."}])
-    'Compute 1 + 2.'
-    """
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, Sequence):
-        for message in reversed(prompt):
-            if isinstance(message, dict) and message.get("role") == "user":
-                content = message.get("content", "")
-                if isinstance(content, str):
-                    return content
-                # multimodal content blocks: keep the text parts
-                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    raise TypeError(
-        f"Cannot find the problem text in prompt {prompt!r:.120}; expected a string or chat messages."
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
 from ..agentic import policy_token_mask
+from ..sentences import split_code_units, split_sentences
 from .advantages import (
     cliff_token_advantages,
     first_mistake_token_positions,
@@ -39,7 +40,6 @@ from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain
 from .config import CliffConfig
 from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
-from .sentences import split_code_units, split_sentences
 from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)
@@ -598,6 +598,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             write_json_atomically(folder / CLIFF_STATE_NAME, self.cliff_judge.state_dict())
             write_json_atomically(folder / TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
         super()._save_checkpoint(model, trial)
+
+    def _resume_method_files(self) -> tuple[str, ...]:
+        # resume_from_checkpoint=True skips a checkpoint whose judge caches are gone (unless empty ones are allowed)
+        return () if self.args.cliff_allow_missing_state_on_resume else (CLIFF_STATE_NAME,)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -8,7 +8,7 @@ threat model.
 from .comparison import functional_result_matches, stdout_matches
 from .extraction import extract_program
 from .formats import CodeTests, TestCase, has_tests, parse_tests
-from .reward import AsyncCodeTestsReward, CodeTestsReward
+from .reward import AsyncCodeTestsReward, CodeTestsReward, is_code_reward
 from .runner import (
     LIVECODEBENCH_PRELUDE,
     TEST_STATUSES,
@@ -35,6 +35,7 @@ __all__ = [
     "extract_program",
     "functional_result_matches",
     "has_tests",
+    "is_code_reward",
     "parse_tests",
     "run_tests",
     "run_tests_batch",

@@ -211,6 +211,16 @@ class AsyncCodeTestsReward(CodeTestsReward):
         return self._scores(len(completions), positions, runs, log_metric, log_extra)
 
 
+def is_code_reward(reward: Any) -> bool:
+    """Whether ``reward`` is the code-test reward (:class:`CodeTestsReward` or its async form): how MEDS and Cliff
+    tell a code run from a math run.
+
+    >>> is_code_reward(CodeTestsReward()), is_code_reward(len)
+    (True, False)
+    """
+    return isinstance(reward, CodeTestsReward)
+
+
 def _run_status(run: TestRunResult) -> str:
     """One word per program: ``passed``, ``no_program``, or the status of its first failing test."""
     if not run.program_found:

@@ -7,7 +7,7 @@
 The estimator is also an ``evaluate`` metric: ``evaluate.load(PASS_AT_K_METRIC_PATH)``.
 
 Re-exports only, loaded on first attribute access: importing this package (or the pure
-:mod:`~hf_meds_cliff.evaluation.estimators`, as the toy warm-up does) loads neither the benchmark registry
+:mod:`~hf_meds_cliff.estimators`, as the toy warm-up does) loads neither the benchmark registry
 nor the runner, which import the toy world themselves.
 """
 
@@ -23,12 +23,12 @@ _LAZY_ATTRIBUTES = {
     "EvalProblem": "hf_meds_cliff.evaluation.benchmarks",
     "known_benchmarks": "hf_meds_cliff.evaluation.benchmarks",
     "load_benchmark": "hf_meds_cliff.evaluation.benchmarks",
-    "distinct_answers": "hf_meds_cliff.evaluation.estimators",
-    "maj_at_n": "hf_meds_cliff.evaluation.estimators",
-    "majority_answer": "hf_meds_cliff.evaluation.estimators",
-    "majority_credit": "hf_meds_cliff.evaluation.estimators",
-    "mean_at_n": "hf_meds_cliff.evaluation.estimators",
-    "pass_at_k": "hf_meds_cliff.evaluation.estimators",
+    "distinct_answers": "hf_meds_cliff.estimators",
+    "maj_at_n": "hf_meds_cliff.estimators",
+    "majority_answer": "hf_meds_cliff.estimators",
+    "majority_credit": "hf_meds_cliff.estimators",
+    "mean_at_n": "hf_meds_cliff.estimators",
+    "pass_at_k": "hf_meds_cliff.estimators",
     "Sample": "hf_meds_cliff.evaluation.generation",
     "SamplingSettings": "hf_meds_cliff.evaluation.generation",
     "TransformersBackend": "hf_meds_cliff.evaluation.generation",
@@ -84,9 +84,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .benchmarks import BENCHMARKS, BenchmarkSpec, EvalProblem, known_benchmarks, load_benchmark
-    from .compare import compare_runs
-    from .estimators import (
+    from ..estimators import (
         distinct_answers,
         maj_at_n,
         majority_answer,
@@ -94,6 +92,8 @@ if TYPE_CHECKING:  # pragma: no cover
         mean_at_n,
         pass_at_k,
     )
+    from .benchmarks import BENCHMARKS, BenchmarkSpec, EvalProblem, known_benchmarks, load_benchmark
+    from .compare import compare_runs
     from .generation import Sample, SamplingSettings, TransformersBackend, VLLMBackend, build_backend
     from .openai_backend import OpenAIBackend
     from .plots import plot_pass_at_k, write_csv

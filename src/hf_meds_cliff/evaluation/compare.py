@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .estimators import pass_at_k
+from ..estimators import pass_at_k
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ..estimators import distinct_answers, maj_at_n, mean_at_n, pass_at_k
 from ..rewards import check_answers
-from .estimators import distinct_answers, maj_at_n, mean_at_n, pass_at_k
 
 MATH_STATUS_FRACTIONS = ("no_boxed", "timeout", "error")
 """Math sample statuses whose share is reported (``<status>_fraction``)."""

@@ -1,5 +1,8 @@
 """Per-prompt error memory of MEDS: k-NN assignment to the previous fit, then an HDBSCAN refit.
 
+This module owns the memory's state, its per-step algorithm and its checkpoint files; the clustering kernels it
+calls (k-NN vote, spanning trees, HDBSCAN labels) are :mod:`hf_meds_cliff.meds.clustering`'s.
+
 One :class:`ErrorMemory` holds, for every key (the trainer uses ``(prompt key, is_correct)``), the
 L2-normalised features of all completions seen so far, their HDBSCAN labels from the last fit and
 that fit's minimum spanning tree. :meth:`ErrorMemory.assign_and_update` is the whole per-step
@@ -32,13 +35,13 @@ Semantics follow the reference implementation (``recipe/MEDS/layer_logits_utils.
   point. With ``min_samples > 1`` many mutual-reachability weights are equal (they are core
   distances), HDBSCAN's result then depends on how ties are ordered, and ``hdbscan`` and
   ``fast_hdbscan`` themselves disagree on about one random set in ten; this memory orders ties
-  deterministically (see :func:`_dense_spanning_tree`) and is exact only for ``min_samples=1``.
+  deterministically (see :func:`~hf_meds_cliff.meds.clustering._dense_spanning_tree`) and is exact only for ``min_samples=1``.
 
 How the fit is made fast and still exact. With ``min_samples=1`` (paper and default) the
 single-linkage hierarchy is the euclidean minimum spanning tree, and the MST of the old rows plus
 the new ones is the MST of (old MST edges ∪ the edges touching a new row) by the cycle property;
 new edges longer than the longest edge of a known spanning tree cannot enter it and are dropped
-before sorting (see :func:`_extend_spanning_tree`). So a step costs ``O(m · n · d)`` distance
+before sorting (see :func:`~hf_meds_cliff.meds.clustering._extend_spanning_tree`). So a step costs ``O(m · n · d)`` distance
 evaluations per key (``m`` new rows, ``n`` stored) instead of a full HDBSCAN, and the tree is then
 condensed and its clusters selected by ``fast_hdbscan``'s own numba routines
 (``clusters_from_spanning_tree``): the same partition as ``fast_hdbscan``/``hdbscan`` whenever
@@ -83,7 +86,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import time
 import zipfile
@@ -92,17 +94,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numba
 import numpy as np
 
-from .._vllm_compat import make_llvmlite_scan_safe
 from ..checkpointing import file_sha256, read_json_file, remove_stale_temporaries, write_atomically
-
-make_llvmlite_scan_safe()  # numba loads llvmlite, whose library handle crashes vLLM's start-up scan (see there)
+from .clustering import (  # noqa: F401 - hdbscan_labels and the kernels are imported from here too
+    NOISE_LABEL,
+    _core_distances,
+    _dense_spanning_tree,
+    _extend_spanning_tree,
+    _knn_vote,
+    _normalise_rows,
+    announce_first_compile,
+    hdbscan_labels,
+    labels_from_spanning_tree,
+)
 
 logger = logging.getLogger(__name__)
 
-NOISE_LABEL = -1
 NOISE_POLICIES = ("cluster", "ignore")
 MEMORY_SNIPPETS_NAME = "meds_snippets.jsonl"
 MEMORY_NPZ_NAME = "meds_memory.npz"
@@ -110,233 +118,6 @@ MEMORY_JSON_NAME = "meds_memory.json"
 _FORMAT_VERSION = 2
 _READABLE_FORMAT_VERSIONS = (1, 2)  # 1: before the integrity record (npz_sha256, fingerprint)
 _NPZ_ARRAYS = ("features", "labels", "row_ids", "row_offsets", "spanning_trees", "tree_offsets", "has_tree")
-
-
-# --------------------------------------------------------------------------------------------
-# numba kernels (compiled on first use, cached in NUMBA_CACHE_DIR; nogil so callers may thread)
-# --------------------------------------------------------------------------------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def _knn_vote(queries, stored, labels, k, noise_label):  # pragma: no cover - numba
-    """k-NN majority vote of ``queries`` (m, d) over ``stored`` (n, d) with ``labels`` (n,).
-
-    Rows are L2-normalised, so decreasing dot product = increasing cosine distance. Equal
-    similarities keep the older (lower-index) row first. Count ties go to ``noise_label`` when it
-    is among the tied labels, else to the tied label met first from the nearest neighbour on.
-    Returns the voted label per query, (m,) int64.
-    """
-    num_queries, dim = queries.shape
-    num_stored = stored.shape[0]
-    k = min(k, num_stored)
-    voted = np.empty(num_queries, dtype=np.int64)
-    best_similarity = np.empty(k, dtype=np.float64)
-    best_index = np.empty(k, dtype=np.int64)
-    for q in range(num_queries):
-        filled = 0
-        for j in range(num_stored):
-            similarity = 0.0
-            for c in range(dim):
-                similarity += queries[q, c] * stored[j, c]
-            if filled < k:
-                position = filled
-                filled += 1
-            elif similarity > best_similarity[k - 1]:
-                position = k - 1
-            else:
-                continue
-            while position > 0 and similarity > best_similarity[position - 1]:
-                best_similarity[position] = best_similarity[position - 1]
-                best_index[position] = best_index[position - 1]
-                position -= 1
-            best_similarity[position] = similarity
-            best_index[position] = j
-        best_label = 0
-        best_count = 0
-        for a in range(k):  # nearest first, so among equal counts the nearest label is met first
-            label = labels[best_index[a]]
-            count = 0
-            for b in range(k):
-                if labels[best_index[b]] == label:
-                    count += 1
-            if count > best_count or (
-                count == best_count and label == noise_label and best_label != noise_label
-            ):
-                best_count = count
-                best_label = label
-        voted[q] = best_label
-    return voted
-
-
-@numba.njit(cache=True, nogil=True)
-def _find_root(parents, node):  # pragma: no cover - numba
-    while parents[node] != node:
-        parents[node] = parents[parents[node]]
-        node = parents[node]
-    return node
-
-
-@numba.njit(cache=True, nogil=True)
-def _extend_spanning_tree(points, old_tree, num_old):  # pragma: no cover - numba
-    """Euclidean MST of ``points`` (n, d) given the MST ``old_tree`` (num_old - 1, 3) of its first
-    ``num_old`` rows: Kruskal over the old tree's edges plus the edges touching a new row.
-
-    New edges longer than ``bound`` are skipped: the old tree plus each new row's shortest edge to
-    an old row is a spanning tree whose longest edge is ``bound``, and an MST edge is never longer
-    than the longest edge of any spanning tree (MST edges are minimax paths). Returns (n - 1, 3)
-    float64 rows ``(i, j, distance)``; equal weights keep candidate order (old edges first, then
-    new rows in order), so the result is deterministic.
-    """
-    num_points, dim = points.shape
-    num_added = num_points - num_old
-    num_old_edges = old_tree.shape[0]
-    distances = np.empty((num_added, num_points), dtype=np.float64)
-    bound = 0.0
-    for e in range(num_old_edges):
-        bound = max(bound, old_tree[e, 2])
-    for a in range(num_added):
-        j = num_old + a
-        nearest_old = np.inf
-        for i in range(j):
-            squared = 0.0
-            for c in range(dim):
-                diff = points[i, c] - points[j, c]
-                squared += diff * diff
-            distances[a, i] = math.sqrt(squared)
-            if i < num_old and distances[a, i] < nearest_old:
-                nearest_old = distances[a, i]
-        bound = max(bound, nearest_old)  # inf when there is no old row: nothing is skipped
-    num_candidates = num_old_edges
-    for a in range(num_added):
-        for i in range(num_old + a):
-            if distances[a, i] <= bound:
-                num_candidates += 1
-    sources = np.empty(num_candidates, dtype=np.int64)
-    targets = np.empty(num_candidates, dtype=np.int64)
-    weights = np.empty(num_candidates, dtype=np.float64)
-    for e in range(num_old_edges):
-        sources[e] = np.int64(old_tree[e, 0])
-        targets[e] = np.int64(old_tree[e, 1])
-        weights[e] = old_tree[e, 2]
-    e = num_old_edges
-    for a in range(num_added):
-        for i in range(num_old + a):
-            if distances[a, i] <= bound:
-                sources[e] = i
-                targets[e] = num_old + a
-                weights[e] = distances[a, i]
-                e += 1
-    order = np.argsort(weights, kind="mergesort")
-    parents = np.arange(num_points)
-    tree = np.empty((max(num_points - 1, 0), 3), dtype=np.float64)
-    added = 0
-    for position in range(num_candidates):
-        if added == num_points - 1:
-            break
-        e = order[position]
-        root_a = _find_root(parents, sources[e])
-        root_b = _find_root(parents, targets[e])
-        if root_a == root_b:
-            continue
-        parents[root_a] = root_b
-        tree[added, 0] = sources[e]
-        tree[added, 1] = targets[e]
-        tree[added, 2] = weights[e]
-        added += 1
-    return tree
-
-
-@numba.njit(cache=True, nogil=True)
-def _core_distances(points, min_samples):  # pragma: no cover - numba
-    """Distance of each row of ``points`` (n, d) to its ``min_samples``-th nearest other row
-    (clipped to ``n - 1``, at least 1), as ``hdbscan``/``fast_hdbscan`` define it. Returns (n,)."""
-    num_points, dim = points.shape
-    k = max(1, min(min_samples, num_points - 1))
-    core = np.zeros(num_points, dtype=np.float64)
-    if num_points < 2:
-        return core
-    distances = np.empty(num_points - 1, dtype=np.float64)
-    for i in range(num_points):
-        position = 0
-        for j in range(num_points):
-            if j == i:
-                continue
-            squared = 0.0
-            for c in range(dim):
-                diff = points[i, c] - points[j, c]
-                squared += diff * diff
-            distances[position] = math.sqrt(squared)
-            position += 1
-        core[i] = np.sort(distances)[k - 1]
-    return core
-
-
-@numba.njit(cache=True, nogil=True)
-def _dense_spanning_tree(points, core):  # pragma: no cover - numba
-    """Exact Prim MST of ``points`` (n, d) under mutual reachability
-    ``max(core[i], core[j], ||x_i - x_j||)``; ``core`` (n,). Ties pick the lowest index.
-    Returns (n - 1, 3) float64 rows ``(i, j, weight)``."""
-    num_points, dim = points.shape
-    tree = np.empty((max(num_points - 1, 0), 3), dtype=np.float64)
-    if num_points < 2:
-        return tree
-    in_tree = np.zeros(num_points, dtype=np.bool_)
-    best_weight = np.full(num_points, np.inf)
-    best_source = np.zeros(num_points, dtype=np.int64)
-    current = 0
-    in_tree[0] = True
-    for edge in range(num_points - 1):
-        next_node = -1
-        next_weight = np.inf
-        for v in range(num_points):
-            if in_tree[v]:
-                continue
-            squared = 0.0
-            for c in range(dim):
-                diff = points[current, c] - points[v, c]
-                squared += diff * diff
-            weight = max(math.sqrt(squared), core[current], core[v])
-            if weight < best_weight[v]:
-                best_weight[v] = weight
-                best_source[v] = current
-            if best_weight[v] < next_weight:
-                next_weight = best_weight[v]
-                next_node = v
-        tree[edge, 0] = best_source[next_node]
-        tree[edge, 1] = next_node
-        tree[edge, 2] = next_weight
-        in_tree[next_node] = True
-        current = next_node
-    return tree
-
-
-def labels_from_spanning_tree(spanning_tree: np.ndarray, min_cluster_size: int) -> np.ndarray:
-    """HDBSCAN labels (n,) int64 of the points of a spanning tree (n - 1, 3) of ``(i, j, weight)``.
-
-    Condensed tree and excess-of-mass selection (no single cluster) are ``fast_hdbscan``'s
-    (imported here, lazily: its numba import takes seconds). Fewer than 2 points ⇒ all noise.
-    """
-    num_points = spanning_tree.shape[0] + 1
-    if num_points < 2:
-        return np.full(num_points, NOISE_LABEL, dtype=np.int64)
-    from fast_hdbscan.hdbscan import clusters_from_spanning_tree
-
-    labels = clusters_from_spanning_tree(
-        spanning_tree, min_cluster_size=min_cluster_size, allow_single_cluster=False
-    )[0]
-    return np.asarray(labels, dtype=np.int64)
-
-
-def hdbscan_labels(features: np.ndarray, min_cluster_size: int = 2, min_samples: int = 1) -> np.ndarray:
-    """HDBSCAN labels (n,) of ``features`` (n, d) with the memory's semantics, from scratch.
-
-    Rows are L2-normalised first; euclidean metric; fewer than 2 rows ⇒ all noise.
-    """
-    points = _normalise_rows(np.asarray(features, dtype=np.float64))
-    if points.shape[0] < 2:
-        return np.full(points.shape[0], NOISE_LABEL, dtype=np.int64)
-    core = _core_distances(points, min_samples) if min_samples > 1 else np.zeros(points.shape[0])
-    return labels_from_spanning_tree(_dense_spanning_tree(points, core), min_cluster_size)
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,12 +170,6 @@ def _decode_key(encoded: Any) -> Hashable:
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _normalise_rows(features: np.ndarray) -> np.ndarray:
-    """L2-normalised copy of (n, d) float64 rows; all-zero rows stay zero."""
-    norms = np.linalg.norm(features, axis=1, keepdims=True)
-    return np.ascontiguousarray(features / np.where(norms > 0.0, norms, 1.0))
 
 
 def _as_feature_matrix(features: Any) -> np.ndarray:
@@ -639,6 +414,7 @@ class ErrorMemory:
             k nearest stored neighbours of the same key vote for; 0 for a key without stored rows
             (and for noise under ``noise_policy="ignore"``).
         """
+        announce_first_compile()  # before the first numba call of a process (a cold cache compiles silently)
         matrix = _as_feature_matrix(features)
         keys = list(keys)
         if len(keys) != matrix.shape[0]:

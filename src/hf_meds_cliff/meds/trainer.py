@@ -18,11 +18,10 @@ from trl.trainer.utils import get_callable_name
 
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
-from ..cliff.code_domain import is_code_reward
-from ..cliff.protocol import problem_text
+from ..code.reward import is_code_reward
 from ..correctness import check_trainer_correctness_reward
 from ..dapo import DynamicSamplingMixin
-from ..data import prompt_keys
+from ..data import problem_text, prompt_keys
 from ..model_card import MethodModelCardMixin
 from ..rewards.extraction import extract_final_answer
 from .config import MEDSConfig
@@ -38,10 +37,16 @@ from .features import (
     select_layers,
 )
 from .agentic import AGENTIC_ANSWER_OUTSIDE_FINAL_TURN, AGENTIC_NO_ANSWER, locate_final_turn_answers
-from .answer_memory import AnswerMemory
-from .memory import ErrorMemory, RowSnippet, answer_region
 from ..collapse import cluster_concentration
+from .answer_memory import ANSWER_MEMORY_JSON_NAME, AnswerMemory
 from .idle import idle_warning, meds_idle
+from .memory import (
+    MEMORY_JSON_NAME,
+    MEMORY_NPZ_NAME,
+    ErrorMemory,
+    RowSnippet,
+    answer_region,
+)
 from .shaping import shape_rewards, top1_eigen_ratio, uniform_correctness_rows
 
 logger = logging.getLogger(__name__)
@@ -161,7 +166,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
     * ``create_model_card`` (from :class:`MethodModelCardMixin`): adds the ``meds_*`` settings.
     * ``train``, ``_save``, ``_push_from_checkpoint`` (from :class:`~hf_meds_cliff.checkpointing.CheckpointSafetyMixin`):
       ``train(resume_from_checkpoint=True)`` resumes from the newest *complete* checkpoint, skipping (and naming)
-      incomplete ones, as the scripts do; ``training_args.bin`` is written without ``hub_token`` or other secrets.
+      incomplete ones and ones whose ``meds_memory/`` files are gone (``_resume_method_files``), as the scripts do; ``training_args.bin`` is written without ``hub_token`` or other secrets.
     * ``_generate_and_score_completions`` (from :class:`~hf_meds_cliff.dapo.DynamicSamplingMixin`, only
       with ``dynamic_sampling=True``): DAPO's dynamic sampling, filtering on the unshaped correctness
       reward. As in the reference, only the rows the filter and the batch trim keep enter the memory (and are
@@ -752,6 +757,14 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             if self.meds_answer_memory is not None:
                 self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
         super()._save_checkpoint(model, trial)
+
+    def _resume_method_files(self) -> tuple[str, ...]:
+        # resume_from_checkpoint=True skips a checkpoint whose memory files are gone (unless an empty memory is allowed)
+        if not self.args.meds_save_memory or self.args.meds_allow_empty_memory_on_resume:
+            return ()
+        names = (MEMORY_JSON_NAME, MEMORY_NPZ_NAME)
+        names += (ANSWER_MEMORY_JSON_NAME,) if self.meds_answer_memory is not None else ()
+        return tuple(f"{MEMORY_DIRNAME}/{name}" for name in names)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..cliff.agentic import parse_tool_call_unit
+from ..agentic import parse_tool_call_unit
 from .task import ToyProblem, parse_question
 
 __all__ = [

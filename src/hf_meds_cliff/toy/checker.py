@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..cliff.sentences import split_sentences
+from ..sentences import split_sentences
 from ..text import completion_text
 from .task import ToyProblem, parse_question
 

@@ -378,8 +378,8 @@ def locate_program(completion: str) -> tuple[int, str] | None:
     >>> locate_program("```python\\nprint(1)\\n") is None  # never closed: no program
     True
     """
-    from ..cliff.sentences import _code_blocks
     from ..code import extract_program
+    from ..sentences import _code_blocks
 
     program = extract_program(completion)
     if program is None:

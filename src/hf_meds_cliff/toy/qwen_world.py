@@ -19,7 +19,8 @@ uniformly drawn unused token, whose embedding is zero like the column's). The wa
 that compact model (the loss is the full-vocabulary cross-entropy) and saves the full-vocabulary Qwen3
 built from it (:func:`expand_compact_model`), so the 151k-column logits are never computed while warming up.
 
-Caching, locking and the stop rule are the toy warm-up's (:func:`hf_meds_cliff.toy.warmup.build_cached`):
+Caching, locking, the training loop and the stop rule are the warm-up engine's
+(:mod:`hf_meds_cliff.toy.warmup_engine`, which this module configures with its corpus, compact loss and evaluation):
 the folder ``$HF_MEDS_CLIFF_CACHE/qwen_world/<key>`` is keyed by every setting, the code version and a
 fingerprint of the tokenizer files, and training stops on held-out greedy accuracy (deterministic for a
 seed) with a wall-clock cap (a run stopped by the cap is not reused).
@@ -31,32 +32,30 @@ CLI::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
-import json
 import logging
 import math
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..data import QWEN_MATH_INSTRUCTION, build_prompt
-from ..evaluation.estimators import pass_at_k
 from ..rewards.extraction import extract_boxed_answer
 from .model import ToyModelConfig, build_toy_model, seeded_qwen3, toy_generation_config
-from .warmup import (
-    METRICS_FILE,
+from .warmup_engine import (
     POSITIVE_SETTINGS,
-    _learning_rate_factor,  # the toy warm-up's schedule: linear warm-up, then cosine to min_lr_ratio
+    WarmupSchedule,
     build_warmup,
     check_settings_names,
-    require_positive,
+    run_warmup,
+    sampled_pass_metrics,
     settings_cache_key,
+    warmup_main,
 )
 
 logger = logging.getLogger(__name__)
@@ -232,58 +231,42 @@ def default_qwen_world_model() -> ToyModelConfig:
 
 
 @dataclass(frozen=True)
-class QwenWorldSettings:
-    """Everything that determines the warm-up's result (hashed into its cache key, except the time cap)."""
+class QwenWorldSettings(
+    WarmupSchedule,
+    defaults={
+        "seed": (0, "Seed of the weights, the data and the evaluation."),
+        "batch_size": (32, "Problems per optimizer step."),
+        "time_budget_s": (
+            900.0,
+            (
+                "Wall-clock cap on training in seconds (measured: the accuracy target at step 500 after 562 s "
+                "with one thread on a 2-core machine under load ~12); a run stopped by it is not reused from the cache."
+            ),
+        ),
+        "target_greedy_accuracy": (
+            0.25,
+            (
+                "Stop once greedy accuracy on the validation problems reaches this (low, so sampled groups "
+                "mix right and wrong answers)."
+            ),
+        ),
+        "eval_start_step": 300,
+        "eval_every_steps": 50,
+        "num_validation_problems": 64,
+        "num_test_problems": (64, "Test problems for the final metrics."),
+        "num_samples": 4,
+        "max_new_tokens": (96, "Generation cap of the evaluations."),
+    },
+):
+    """Everything that determines the warm-up's result (hashed into its cache key, except the time cap): the
+    engine's schedule (:class:`~hf_meds_cliff.toy.warmup_engine.WarmupSchedule`, with the defaults above), the
+    model and the size of the fixed training corpus."""
 
-    seed: int = field(default=0, metadata={"help": "Seed of the weights, the data and the evaluation."})
+    POSITIVE = ("num_train_problems", *POSITIVE_SETTINGS)
+    RECORDED_SAMPLING = ()  # its metrics file never recorded them (it samples at temperature 1); kept as it was
+
     model: ToyModelConfig = field(default_factory=default_qwen_world_model, metadata={"help": "Model shape."})
     num_train_problems: int = field(default=6000, metadata={"help": "Size of the fixed training corpus."})
-    batch_size: int = field(default=32, metadata={"help": "Problems per optimizer step."})
-    learning_rate: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
-    lr_warmup_steps: int = field(
-        default=30, metadata={"help": "Linear warm-up steps before the cosine decay."}
-    )
-    min_lr_ratio: float = field(
-        default=0.1, metadata={"help": "Cosine floor as a fraction of the peak rate."}
-    )
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm."})
-    max_steps: int = field(
-        default=1500, metadata={"help": "Step cap (also the length of the cosine schedule)."}
-    )
-    time_budget_s: float = field(
-        default=900.0,
-        metadata={
-            "help": "Wall-clock cap on training in seconds (measured: the accuracy target at step 500 after 562 s "
-            "with one thread on a 2-core machine under load ~12); a run stopped by it is not reused from the cache."
-        },
-    )
-    target_greedy_accuracy: float = field(
-        default=0.25,
-        metadata={
-            "help": "Stop once greedy accuracy on the validation problems reaches this (low, so sampled groups "
-            "mix right and wrong answers)."
-        },
-    )
-    eval_start_step: int = field(
-        default=300, metadata={"help": "First step at which the stop rule is checked."}
-    )
-    eval_every_steps: int = field(default=50, metadata={"help": "Steps between stop-rule checks."})
-    num_validation_problems: int = field(
-        default=64, metadata={"help": "Validation problems for the stop rule."}
-    )
-    num_test_problems: int = field(default=64, metadata={"help": "Test problems for the final metrics."})
-    num_samples: int = field(default=4, metadata={"help": "Samples per test problem for pass@1 / pass@k."})
-    max_new_tokens: int = field(default=96, metadata={"help": "Generation cap of the evaluations."})
-
-    def __post_init__(self) -> None:
-        require_positive(self, ("num_train_problems", *POSITIVE_SETTINGS))
-        if not self.learning_rate > 0 or not self.time_budget_s > 0:
-            raise ValueError(
-                f"learning_rate ({self.learning_rate}) and time_budget_s ({self.time_budget_s}) must be > 0."
-            )
-        if not 0.0 <= self.target_greedy_accuracy <= 1.0:
-            raise ValueError(f"target_greedy_accuracy must be in [0, 1], got {self.target_greedy_accuracy}.")
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -516,13 +499,9 @@ def evaluate_math_world(
     )
     correct = [sum(answers_match(s, p.answer) for s in group) for group, p in zip(samples, problems)]
     boxed = sum(extract_boxed_answer(s) is not None for group in samples for s in group)
-    n = len(problems)
-    return {
-        "greedy_accuracy": sum(answers_match(g[0], p.answer) for g, p in zip(greedy, problems)) / n,
-        "pass@1": sum(pass_at_k(num_samples, c, 1) for c in correct) / n,
-        f"pass@{num_samples}": sum(pass_at_k(num_samples, c, num_samples) for c in correct) / n,
-        "mixed_group_fraction": sum(0 < c < num_samples for c in correct) / n,
-        "boxed_fraction": boxed / (n * num_samples),
+    greedy_correct = [answers_match(g[0], p.answer) for g, p in zip(greedy, problems)]
+    return sampled_pass_metrics(greedy_correct, correct, num_samples) | {
+        "boxed_fraction": boxed / (len(problems) * num_samples)
     }
 
 
@@ -550,7 +529,6 @@ def compact_loss(model, batch: dict[str, Any], vocabulary: CompactVocabulary):
 
 def _train_and_save(settings: QwenWorldSettings, key: str, folder: Path) -> None:
     import torch
-    import transformers
 
     tokenizer = load_qwen_tokenizer()
     validation = math_world_problems("train", settings.num_validation_problems, settings.seed, "validation")
@@ -570,135 +548,60 @@ def _train_and_save(settings: QwenWorldSettings, key: str, folder: Path) -> None
     encoded = [(vocabulary.to_compact(ids), prompt_length) for ids, prompt_length in encoded]
     model = build_compact_model(vocabulary, settings.seed, settings.model, tokenizer)
     pad_id = vocabulary.to_compact([tokenizer.pad_token_id])[0]
-
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=settings.weight_decay
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _learning_rate_factor(step, settings)
-    )
     order_rng = random.Random(f"qwen-world-order:{settings.seed}")
     order: list[int] = []
     logger.info(
         "Qwen-world warm-up: %d corpus tokens of %d, settings %s", vocabulary.unused_id, len(tokenizer), key
     )
-    model.train()
-    start = time.perf_counter()
-    eval_seconds, stop_reason, history, loss_value, step = 0.0, "max_steps", [], float("nan"), 0
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(settings.seed)
-        while step < settings.max_steps:
-            if len(order) < settings.batch_size:
-                epoch = list(range(len(encoded)))
-                order_rng.shuffle(epoch)
-                order.extend(epoch)
-            rows = [encoded[i] for i in order[: settings.batch_size]]
-            del order[: settings.batch_size]
-            length = max(len(ids) for ids, _ in rows)
-            input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
-            attention_mask = torch.zeros_like(input_ids)
-            labels = torch.full_like(input_ids, -100)
-            for row, (ids, prompt_length) in enumerate(rows):
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                attention_mask[row, : len(ids)] = 1
-                labels[row, prompt_length : len(ids)] = input_ids[row, prompt_length : len(ids)]
-            batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-            loss = compact_loss(model, batch, vocabulary)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = loss.item()
-            step += 1
-            if (
-                step >= settings.eval_start_step
-                and (step - settings.eval_start_step) % settings.eval_every_steps == 0
-            ):
-                eval_start = time.perf_counter()
-                completions = generate_solutions(
-                    model,
-                    tokenizer,
-                    [p.question for p in validation],
-                    vocabulary=vocabulary,
-                    max_new_tokens=settings.max_new_tokens,
-                )
-                accuracy = sum(answers_match(c[0], p.answer) for c, p in zip(completions, validation)) / len(
-                    validation
-                )
-                eval_seconds += time.perf_counter() - eval_start
-                history.append({"step": step, "loss": loss_value, "validation_greedy_accuracy": accuracy})
-                logger.info("step %d loss %.4f validation greedy accuracy %.3f", step, loss_value, accuracy)
-                if accuracy >= settings.target_greedy_accuracy:
-                    stop_reason = "target_greedy_accuracy"
-                    break
-            if time.perf_counter() - start > settings.time_budget_s:
-                stop_reason = "time_budget"
-                break
-    train_seconds = time.perf_counter() - start
-    model.eval()
-    test_problems = math_world_problems("test", settings.num_test_problems, settings.seed)
-    eval_start = time.perf_counter()
-    test_metrics = evaluate_math_world(
-        model,
-        tokenizer,
-        test_problems,
-        vocabulary=vocabulary,
-        num_samples=settings.num_samples,
-        seed=settings.seed,
-        max_new_tokens=settings.max_new_tokens,
-    )
-    final_eval_seconds = time.perf_counter() - eval_start
-    if stop_reason != "target_greedy_accuracy":
-        logger.warning(
-            "Qwen-world warm-up stopped by %s at step %d before reaching validation greedy accuracy %.2f "
-            "(test pass@1 %.3f).",
-            stop_reason,
-            step,
-            settings.target_greedy_accuracy,
-            test_metrics["pass@1"],
+
+    def next_batch() -> dict[str, Any]:
+        """The next ``batch_size`` rows of the corpus in a shuffled order, reshuffled each epoch (compact ids)."""
+        if len(order) < settings.batch_size:
+            epoch = list(range(len(encoded)))
+            order_rng.shuffle(epoch)
+            order.extend(epoch)
+        rows = [encoded[i] for i in order[: settings.batch_size]]
+        del order[: settings.batch_size]
+        length = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        labels = torch.full_like(input_ids, -100)
+        for row, (ids, prompt_length) in enumerate(rows):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, : len(ids)] = 1
+            labels[row, prompt_length : len(ids)] = input_ids[row, prompt_length : len(ids)]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+    def validation_accuracy() -> float:
+        completions = generate_solutions(
+            model,
+            tokenizer,
+            [p.question for p in validation],
+            vocabulary=vocabulary,
+            max_new_tokens=settings.max_new_tokens,
         )
-    full = expand_compact_model(model, vocabulary, tokenizer, settings.model)
-    metrics = {
-        "cache_key": key,
-        "code_version": QWEN_WORLD_CODE_VERSION,
-        "steps": step,
-        "stop_reason": stop_reason,
-        "train_seconds": round(train_seconds, 2),
-        "stop_rule_eval_seconds": round(eval_seconds, 2),
-        "final_eval_seconds": round(final_eval_seconds, 2),
-        "final_loss": loss_value,
-        "torch_threads": torch.get_num_threads(),
-        "num_parameters": sum(p.numel() for p in full.parameters()),
-        "corpus_tokens": vocabulary.unused_id,
-        "test_split": {"seed": settings.seed, "num_problems": len(test_problems), **test_metrics},
-        "validation_history": history,
-        "settings": settings.to_dict(),
-        "system_prompt": QWEN_MATH_INSTRUCTION,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-    }
-    logger.info(
-        "Qwen-world warm-up done: %s", {k: metrics[k] for k in ("steps", "stop_reason")} | test_metrics
+        return sum(answers_match(c[0], p.answer) for c, p in zip(completions, validation)) / len(validation)
+
+    run_warmup(
+        settings,
+        key,
+        folder,
+        world="Qwen-world",
+        code_version=QWEN_WORLD_CODE_VERSION,
+        model=model,
+        tokenizer=tokenizer,
+        next_batch=next_batch,
+        validation_accuracy=validation_accuracy,
+        test_problems=lambda: math_world_problems("test", settings.num_test_problems, settings.seed),
+        evaluate=partial(evaluate_math_world, vocabulary=vocabulary),
+        loss=lambda compact, batch: compact_loss(compact, batch, vocabulary),
+        saved_model=lambda: expand_compact_model(model, vocabulary, tokenizer, settings.model),
+        extra_metrics={"corpus_tokens": vocabulary.unused_id, "system_prompt": QWEN_MATH_INSTRUCTION},
     )
-    full.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    (folder / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(
-        description="Warm up (or reuse from the cache) the Qwen-tokenizer world."
-    )
-    parser.add_argument("--output_dir", default=None, help="Destination folder (default: the cache folder).")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num_threads", type=int, default=None)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    path = warmup_qwen_world(args.output_dir, seed=args.seed, num_threads=args.num_threads)
-    logger.info(
-        "Policy in %s; test split: %s", path, json.loads((path / METRICS_FILE).read_text())["test_split"]
-    )
-    return path
+    return warmup_main(argv, "Warm up (or reuse from the cache) the Qwen-tokenizer world.", warmup_qwen_world)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """Sentence segmentation of a rollout, as the Cliff teacher sees it numbered ``[0]``, ``[1]``, ...
 
+Owned at the package's ground level because Cliff and the toy world's checkers both number a rollout with it;
+:mod:`hf_meds_cliff.cliff` re-exports :func:`split_sentences` and :func:`split_code_units`.
+
 Cliff's pitfall step p(a) is a *sentence* index; the trainer maps it back to tokens through the
 character spans returned here, and the toy world's exact checker indexes its first mistake with the
 same function. So the spans must be deterministic and lossless: concatenated they give the text

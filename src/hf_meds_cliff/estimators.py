@@ -1,4 +1,8 @@
-"""pass@k, mean@n and maj@n: pure functions over per-problem sample outcomes."""
+"""pass@k, mean@n and maj@n: pure functions over per-problem sample outcomes.
+
+Owned here, at the package's ground level, because the toy worlds' warm-ups (which pick their policy by pass@k)
+and the evaluation runner both need them; :mod:`hf_meds_cliff.evaluation` re-exports them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..rewards.extraction import normalize_answer
+from .rewards.extraction import normalize_answer
 
 
 def _as_int_array(name: str, value) -> np.ndarray:
