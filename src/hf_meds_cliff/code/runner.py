@@ -233,6 +233,9 @@ def grade(
             "runtime_error",
             f"killed by signal {killed}" + (f": {stderr.strip()}" if stderr.strip() else ""),
         )
+    if tests.kind == "assert" and answer.get("assertion_failed"):
+        # The grader's own statement failed (not an exception the program raised in a call): a wrong answer.
+        return verdict("wrong_answer", _shown(stderr.strip()) or "an assertion of the test failed")
     if exit_code != 0:
         # A failure: stderr may now name it (only the exit status decided that it failed).
         if memory or "MemoryError" in stderr[-500:]:
