@@ -704,6 +704,7 @@ def run_one_test(job, control, message, zygote):
         answer["output_exceeded"] = answer["output_exceeded"] or bool(outcome.get("output_exceeded"))
         return answer
     answer["exit_code"], answer["signal"] = _status_fields(report["status"])
+    answer["memory_error"] = answer["exit_code"] == _inside.MEMORY_ERROR_EXIT
     answer["cpu_s"] = report["cpu_s"]
     answer["max_rss_kb"] = report["max_rss_kb"]
     stdout = bytes(buffers[stdout_r][:max_output])

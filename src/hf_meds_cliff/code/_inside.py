@@ -40,6 +40,7 @@ _read, _write, _exit = os.read, os.write, os._exit
 _CLEAN_BUILTINS = dict(builtins.__dict__)
 _MemoryError = MemoryError  # captured: a program may rebind builtins.MemoryError
 _OUTPUT_FRAME_BYTES = 1 << 16  # the program's prints leave in frames of at most this size
+MEMORY_ERROR_EXIT = 211  # P's exit status when the program ended on a MemoryError (the checker's memory_limit)
 
 # The standard modules the grader binds under the program's alias (``import math as m``): its own copies,
 # imported by the harness before any program ran. No other module name the program chose is ever imported.
@@ -219,7 +220,8 @@ def _report_failure(error):
 
 def _run_and_exit(body):
     """Run ``body()`` and exit: with the status a ``SystemExit`` asks for, 0 when it returns, 1 when it
-    raises (the traceback, without the harness's frames, goes to stderr)."""
+    raises (:data:`MEMORY_ERROR_EXIT` for a ``MemoryError``; the traceback, without the harness's frames,
+    goes to stderr). The status is all the checker learns from P about how it ended."""
     status = 0
     try:
         body()
@@ -230,7 +232,7 @@ def _run_and_exit(body):
             with contextlib.suppress(BaseException):
                 print(code_value, file=sys.stderr)
     except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
-        status = 1
+        status = MEMORY_ERROR_EXIT if isinstance(error, _MemoryError) else 1
         _report_failure(error)
     _flush_streams()
     _exit(status & 0xFF)

@@ -186,10 +186,10 @@ def grade(
 ) -> TestCaseResult:
     """The verdict of one test from the harness's raw answer (pure: tested without a sandbox).
 
-    Decided from what the program cannot dress up first (the harness's setup and compile reports, the wall
-    clock, signals and exit statuses, the output limit), its stderr only to name a failure (a
-    ``MemoryError``), and its output last. Comparing never raises: an output that makes it raise is a
-    ``wrong_answer`` with ``comparison_error`` set."""
+    Decided from what the checker alone reports first (its setup and compile reports, the wall clock, wait
+    statuses and resource usage, the output limit, the grader's outcome), and the program's output last; its
+    stderr is only shown. Comparing never raises: an output that makes it raise is a ``wrong_answer`` with
+    ``comparison_error`` set."""
     stderr = answer.get("stderr") or ""
     shown_input = _shown(case.input)
     expected = "" if tests.kind == "assert" else _shown(case.output)
@@ -227,7 +227,7 @@ def grade(
             continue
         if killed == signal.SIGXFSZ:
             return verdict("runtime_error", f"wrote a file over {limits.file_size_mb} MiB")
-        if memory or "Cannot allocate memory" in stderr:
+        if memory:
             return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
         return verdict(
             "runtime_error",
@@ -237,8 +237,8 @@ def grade(
         # The grader's own statement failed (not an exception the program raised in a call): a wrong answer.
         return verdict("wrong_answer", _shown(stderr.strip()) or "an assertion of the test failed")
     if exit_code != 0:
-        # A failure: stderr may now name it (only the exit status decided that it failed).
-        if memory or "MemoryError" in stderr[-500:]:
+        # A failure (decided by the exit status; stderr is only shown, it never decides a verdict).
+        if memory:
             return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
         return verdict("runtime_error", _shown(stderr.strip()) or f"exit status {exit_code}")
     if tests.kind == "stdin":
