@@ -11,10 +11,12 @@ On the harness of the main branch before issue 39 (``_harness.py`` at d69cd3d) t
 
 - class 1 (forged pass by reading the tests from inherited memory): every parameter fails, the program
   scores 1.0 by reading the asserts through frames, ``gc``, ``ctypes`` or ``/proc/self/mem``;
-- class 2 (planted code run by the grader): the ``exec`` start method fails in both isolation modes (the
-  grader imports ``unittest.__main__`` by the program's choice, whose discovery imports the program's
-  ``test_planted.py`` from the shared folder; that code forges the confirmation); the fork server's
-  parameters pass there already (its ``sys.argv`` makes ``unittest`` stop before the discovery);
+- class 2 (planted code run by the grader): ``auto``/``exec`` fails (the grader imports ``unittest.__main__``
+  by the program's choice, whose discovery imports the program's ``test_planted.py`` from the folder it
+  shares with the program; that code hands back the nonce: a pass). ``none``/``exec`` fails the same way
+  where the sandbox uid can read the standard library; on the measuring machine it cannot (the interpreter
+  lives under a ``0700`` ``/root``, so ``unittest`` is not importable there) and that parameter passes. The
+  fork server's parameters pass on the old harness (its ``sys.argv`` stops ``unittest`` before discovery);
 - class 3 (forged harness frames): ``sandbox_error`` with the program's own text, for stdin, functional and
   assert tests, and ``code/sandbox_error_frac`` counts it;
 - class 4 (quadratic work): 2 MiB of tiny frames make the harness miss the caller's deadline
@@ -134,10 +136,14 @@ def by_frames(found):
 def by_gc(found):
     gc.unfreeze()  # whatever a parent froze comes back into view
     seen = set()
-    for value in gc.get_objects():
-        _walk(value, found, 5, seen)  # each container, one level deep
-    for value in gc.get_referrers(sys.modules):
-        _walk(value, found, 4, seen)
+    roots = gc.get_objects() + gc.get_referrers(sys.modules)
+    frame = sys._getframe()
+    while frame is not None:  # what the collector sees of each frame: its local variables
+        roots.append(frame)
+        frame = frame.f_back
+    for root in roots:
+        for value in gc.get_referents(root):
+            _walk(value, found, 5, seen)  # each referent, one level deep
 
 
 def _regions():
@@ -166,6 +172,7 @@ def by_ctypes(found):
 
 
 def by_proc_mem(found):
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: its own /proc files are its own again
     with open("/proc/self/mem", "rb", buffering=0) as memory:
         for start, end in list(_regions()):
             for address, size in _chunks(start, end):
@@ -297,12 +304,13 @@ def answer(n):
 
 @pytest.mark.parametrize("style", ["human_eval", "mbpp"])
 def test_class2_the_grader_never_runs_code_the_program_planted_or_named(setup, style):
-    """Issue 39, class 2. Old harness: fails with ``start_method="exec"`` (both isolation modes): the
-    grader imports ``unittest.__main__`` because the program bound a module of that name, its discovery
-    imports the planted ``test_planted.py`` from the folder the grader shares with the program, and that code
-    hands back the nonce (a pass), writing its marker in limits-only mode. The fork server's parameters pass
-    on the old harness (there ``unittest`` stops at the server's own command-line arguments)."""
-    answers, problems = assert_problems("answer")
+    """Issue 39, class 2. Old harness: fails with ``start_method="exec"``: the grader imports
+    ``unittest.__main__`` because the program bound a module of that name, its discovery imports the planted
+    ``test_planted.py`` from the folder the grader shares with the program, and that code hands back the
+    nonce (a pass). The fork server's parameters pass on the old harness (there ``unittest`` stops at the
+    server's own command-line arguments), and so does limits-only mode where the sandbox uid cannot read the
+    standard library (see the module's docstring)."""
+    _, problems = assert_problems("answer")
     marker_dir = tempfile.mkdtemp(prefix="hf-meds-cliff-planted-")
     os.chmod(marker_dir, 0o777)  # writable by any uid a grader might run as
     try:
@@ -316,10 +324,8 @@ def test_class2_the_grader_never_runs_code_the_program_planted_or_named(setup, s
         shutil.rmtree(marker_dir, ignore_errors=True)
     assert not result.passed and result.num_passed == 0, result.results
     assert planted == [], f"planted code ran outside the program's process: {proofs}"
-    for case in result.results:
-        assert "PLANTED-CODE-RAN" not in (case.error or ""), case
-        for token in answers.values():
-            assert token not in (case.error or "") and token not in (case.actual or ""), case
+    for case in result.results:  # (the failed assert's line, with its expected value, may be shown)
+        assert "PLANTED-CODE-RAN" not in f"{case.error} {case.actual}", case
 
 
 # ---------------------------------------------------------------------------------------------- class 3
@@ -538,27 +544,30 @@ import os, time
 
 CHILDREN, BLOCK_MIB = 12, 100
 ready_r, ready_w = os.pipe()
+release_r, release_w = os.pipe()
 children = []
 for _ in range(CHILDREN):
     pid = os.fork()
     if pid == 0:
         os.close(ready_r)
+        os.close(release_w)
         try:
             block = b"\x01" * (BLOCK_MIB << 20)  # written, so every page is resident
             os.write(ready_w, b"+")
         except MemoryError:
             os.write(ready_w, b"-")
-        time.sleep(2.5)  # hold it while the others allocate theirs
+        os.read(release_r, 1)  # hold it until the parent has counted (end of file when it exits)
         os._exit(0)
     children.append(pid)
 os.close(ready_w)
-confirmed, deadline = b"", time.monotonic() + 2.0
-while len(confirmed) < CHILDREN and time.monotonic() < deadline:
+os.close(release_r)
+answers, deadline = b"", time.monotonic() + 8.0
+while len(answers) < CHILDREN and time.monotonic() < deadline:
     chunk = os.read(ready_r, 64)
     if not chunk:
-        break
-    confirmed += chunk
-time.sleep(0.3)
+        break  # every child is gone
+    answers += chunk
+time.sleep(0.2)
 alive = 0
 for pid in children:
     try:
@@ -566,7 +575,7 @@ for pid in children:
     except ChildProcessError:
         ended = pid
     alive += ended == 0
-holding = min(confirmed.count(b"+"), alive)  # children that allocated and still live, at the same moment
+holding = min(answers.count(b"+"), alive)  # children that allocated and still live, at the same moment
 print(holding * BLOCK_MIB)
 '''
 
@@ -580,7 +589,7 @@ def test_class5_memory_is_bounded_per_program_not_per_process(setup):
     result = run_tests(
         MEMORY_SPREADER,
         [{"input": "", "output": "0"}],
-        limits=make_limits(setup, memory_mb=memory_mb, timeout_s=10, max_processes=24),
+        limits=make_limits(setup, memory_mb=memory_mb, timeout_s=15, max_processes=24),
     )
     case = result.results[0]
     assert case.status != "sandbox_error", case
