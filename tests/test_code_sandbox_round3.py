@@ -436,7 +436,8 @@ def test_class3_forged_frames_change_no_verdict_kind_or_metric(setup, kind, test
     runs = reward.last_results
     assert scores == [1.0, 0.0], [run.results for run in runs]
     assert statuses(runs[0]) == ["passed"] * runs[0].num_tests, runs[0].results
-    assert runs[1].first_failure.status == ("runtime_error" if kind in ("mbpp", "human_eval") else "wrong_answer")
+    # a failed assert of the test code is a wrong answer too (issue 39's brief, point 7; issue 42 needs it)
+    assert runs[1].first_failure.status == "wrong_answer"
     assert metrics["code/sandbox_error_frac"] == 0.0 and metrics["code/compile_error_frac"] == 0.0, metrics
     assert metrics["code/memory_limit_frac"] == 0.0, metrics
     for run in runs:

@@ -29,7 +29,7 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
       │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU time to B2
       │
       └─ fork per assert test ── G: THE GRADER (dataset code)
-            holds: 0 = /dev/null, 1/2 = stderr pipe, 3 = P's stdin (calls), 4 = P's stdout (answers),
+            holds: 0 = /dev/null, 1/2 = its own stderr pipe, 3 = P's stdin (calls), 4 = P's stdout (answers),
             5 = result pipe to B2; same limits and uid as P, not dumpable; runs the test code with a proxy
             per function of the program, writes its outcome on 5.
 
@@ -372,9 +372,13 @@ class Zygote:
         _close(their_fd)
         self.sock = socket.socket(fileno=self.fd)
         self.kind = "subreaper"
+        self.pid = pid
         if new_pid_namespace:
             _, status = os.waitpid(pid, 0)  # H
             self.kind = "pid_namespace" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "subreaper"
+            # Z was re-parented here when H exited, and is this process's only child (no test has run yet)
+            children = _children()
+            self.pid = children[0] if len(children) == 1 else None
 
     def request(self, fds):
         socket.send_fds(self.sock, [b"run"], fds)
@@ -454,7 +458,7 @@ def _nonblocking(fd):
 
 
 def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w):
-    """G: 0 = /dev/null, 1 and 2 = the stderr pipe, 3 = P's stdin, 4 = P's stdout, 5 = the result pipe;
+    """G: 0 = /dev/null, 1 and 2 = its own stderr pipe, 3 = P's stdin, 4 = P's stdout, 5 = the result pipe;
     confined like P, then not dumpable. Returns its pid."""
     pid = os.fork()
     if pid != 0:
@@ -492,6 +496,7 @@ def _blank_answer():
         "result": None,
         "result_truncated": False,
         "memory_error": False,
+        "memory_exceeded": False,
         "confirmed": False,
         "assertion_failed": False,
         "program_exit_code": None,
@@ -544,6 +549,59 @@ def _remove_tree(path):
     shutil.rmtree(path, onerror=make_writable_and_retry)
 
 
+WATCH_INTERVAL_S = 0.05  # how often the checker sums the memory of a program's processes
+
+
+def _descendants(root):
+    """Every process under ``root`` (all of a program's processes, when ``root`` is its zygote), from the
+    kernel's lists of children; empty where /proc shows none."""
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as listing:
+                    children = [int(child) for child in listing.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(children)
+            stack.extend(children)
+    return found
+
+
+def _memory_kb(pid):
+    """The proportional set size of a process (its private pages, and its share of the ones it shares), or,
+    where ``smaps_rollup`` may not be read, its resident pages that are not file-backed."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _over_memory(zygote, limit_kb):
+    """Whether a program's processes together hold more than ``limit_kb``. One process alone is bounded by
+    ``RLIMIT_AS`` already: the sum is taken only when there are several."""
+    if zygote.pid is None:
+        return False
+    processes = _descendants(zygote.pid)
+    if len(processes) < 2:
+        return False
+    return sum(_memory_kb(pid) for pid in processes) > limit_kb
+
+
 def run_one_test(job, control, message, zygote):
     """One test: the program's process from the zygote (and, for assert tests, the grader forked here), the
     wall clock, the output limit, and the answer for the caller."""
@@ -567,11 +625,12 @@ def run_one_test(job, control, message, zygote):
             _close(fd)
         answer["setup_error"] = f"the zygote is gone ({error})"
         return answer
-    grader_pid = grader_pidfd = result_r = None
+    grader_pid = grader_pidfd = result_r = grader_err_r = None
     if kind == "assert":
         result_r, result_w = os.pipe()
-        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, stderr_w, result_w)
-        for fd in (stdin_w, stdout_r, result_w):
+        grader_err_r, grader_err_w = os.pipe()  # the grader's own traceback, apart from the program's stderr
+        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, grader_err_w, result_w)
+        for fd in (stdin_w, stdout_r, result_w, grader_err_w):
             _close(fd)
         stdin_w = stdout_r = None
         grader_pidfd = os.pidfd_open(grader_pid)
@@ -585,7 +644,7 @@ def run_one_test(job, control, message, zygote):
         payload = len(data).to_bytes(4, "big") + data
     else:
         payload = b""
-    buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
+    buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray(), grader_err_r: bytearray()}
     buffers.pop(None, None)
     readers = {_nonblocking(fd) for fd in buffers}
     writer = stdin_w
@@ -598,8 +657,15 @@ def run_one_test(job, control, message, zygote):
     report = None
     zygote_gone = program_pidfd is None
     grader_done = False
+    memory_limit_kb = int(limits["memory_mb"]) * 1024
+    next_watch = started + WATCH_INTERVAL_S
     while not zygote_gone:
         now = time.monotonic()
+        if now >= next_watch:
+            next_watch = now + WATCH_INTERVAL_S
+            if report is None and _over_memory(zygote, memory_limit_kb):
+                answer["memory_exceeded"] = True  # the program's processes together: killed below
+                break
         remaining = started + timeout - now
         if (grader_done if kind == "assert" else report is not None):
             break
@@ -611,7 +677,8 @@ def run_one_test(job, control, message, zygote):
             watch.append(zygote.fd)
         if grader_pidfd is not None and not grader_done:
             watch.append(grader_pidfd)
-        ready_read, ready_write, _ = select.select(watch, [writer] if writer is not None else [], [], remaining)
+        wait = min(remaining, max(0.0, next_watch - now))
+        ready_read, ready_write, _ = select.select(watch, [writer] if writer is not None else [], [], wait)
         if control.in_fd in ready_read:
             answer["caller_gone"] = True  # the caller writes nothing while a test runs: readable means gone
             break
@@ -632,7 +699,7 @@ def run_one_test(job, control, message, zygote):
                 continue
             buffer = buffers[fd]
             buffer += chunk
-            if fd == stderr_r:
+            if fd in (stderr_r, grader_err_r):
                 if len(buffer) > STDERR_KEEP_BYTES * 4:
                     del buffer[: -STDERR_KEEP_BYTES * 2]  # keep the end: the traceback comes last
             elif fd == stdout_r and len(buffer) > max_output:
@@ -698,13 +765,18 @@ def run_one_test(job, control, message, zygote):
             outcome = {}
         if outcome.get("setup_error"):
             answer["setup_error"] = str(outcome["setup_error"])
+        grader_text = bytes(buffers[grader_err_r][-STDERR_KEEP_BYTES:]).decode("utf-8", errors="replace")
+        if outcome.get("outcome") == "error":  # the program's own traceback says why, then the grader's
+            answer["stderr"] = (answer["stderr"][-STDERR_KEEP_BYTES // 2 :] + "\n" + grader_text).strip()
+        else:  # a failed assert (or none): the grader's traceback alone, which the program cannot write to
+            answer["stderr"] = grader_text
         answer["confirmed"] = outcome.get("outcome") == "passed"
         answer["assertion_failed"] = outcome.get("outcome") == "assertion"
-        answer["memory_error"] = bool(outcome.get("memory_error"))
+        answer["memory_error"] = answer["memory_exceeded"] or bool(outcome.get("memory_error"))
         answer["output_exceeded"] = answer["output_exceeded"] or bool(outcome.get("output_exceeded"))
         return answer
     answer["exit_code"], answer["signal"] = _status_fields(report["status"])
-    answer["memory_error"] = answer["exit_code"] == _inside.MEMORY_ERROR_EXIT
+    answer["memory_error"] = answer["memory_exceeded"] or answer["exit_code"] == _inside.MEMORY_ERROR_EXIT
     answer["cpu_s"] = report["cpu_s"]
     answer["max_rss_kb"] = report["max_rss_kb"]
     stdout = bytes(buffers[stdout_r][:max_output])
@@ -749,7 +821,15 @@ def serve(job, control, in_pid_namespace, isolation):
     if code is not None:
         assert not control.pending(), "the caller sent a test before the harness was ready"
         zygote = Zygote(job, code, prelude, new_pid_namespace=in_pid_namespace)
-    control.send({"event": "ready", **isolation, "zygote": zygote.kind if zygote else None})
+    watched = zygote is not None and zygote.pid is not None and os.path.exists(f"/proc/{zygote.pid}/task")
+    control.send(
+        {
+            "event": "ready",
+            **isolation,
+            "zygote": zygote.kind if zygote else None,
+            "memory_bound": "per_program_watchdog" if watched else "per_process_rlimit",
+        }
+    )
     try:
         while True:
             message = control.receive()
@@ -1034,6 +1114,7 @@ PRELOADED_MODULES = [
     "re",
     "string",
     "struct",
+    "tempfile",
     "typing",
 ]
 

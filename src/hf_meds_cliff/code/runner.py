@@ -97,7 +97,10 @@ class TestRunResult:
     ``num_passed / num_tests``; ``isolated`` says whether namespace isolation was in force;
     ``program_found`` is false when there was no program (then nothing ran and ``passed`` is false);
     ``comparison_errors`` counts the tests whose output raised while it was decoded or compared (each of them
-    is a ``wrong_answer``)."""
+    is a ``wrong_answer``); ``memory_bound`` says how ``memory_mb`` was enforced: ``"per_program_watchdog"``
+    (the checker sums the memory of all of the program's processes and stops the test above it, besides each
+    process's ``RLIMIT_AS``) or ``"per_process_rlimit"`` (``RLIMIT_AS`` of each process only; ``None``: nothing
+    ran)."""
 
     __test__ = False
 
@@ -110,10 +113,16 @@ class TestRunResult:
     isolated: bool
     program_found: bool
     comparison_errors: int = 0
+    memory_bound: str | None = None
 
     @classmethod
     def from_results(
-        cls, results: list[TestCaseResult], num_tests: int, isolated: bool, program_found: bool = True
+        cls,
+        results: list[TestCaseResult],
+        num_tests: int,
+        isolated: bool,
+        program_found: bool = True,
+        memory_bound: str | None = None,
     ) -> TestRunResult:
         num_passed = sum(result.passed for result in results)
         return cls(
@@ -126,6 +135,7 @@ class TestRunResult:
             isolated=isolated,
             program_found=program_found,
             comparison_errors=sum(result.comparison_error for result in results),
+            memory_bound=memory_bound,
         )
 
 
@@ -309,15 +319,17 @@ def run_tests(
     }
     results: list[TestCaseResult] = []
     isolated = False
+    memory_bound = None
     try:
         with HarnessProcess(limits) as harness:
             ready = harness.start(job)
             isolated = bool(ready.get("isolated"))
+            memory_bound = ready.get("memory_bound")
             warn_if_not_isolated(ready, limits)
             if not isolated and limits.isolation == "required":
                 reason = f"isolation required but unavailable: {ready.get('reason')}"
                 results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
-                return TestRunResult.from_results(results, len(selected), isolated=False)
+                return TestRunResult.from_results(results, len(selected), isolated=False, memory_bound=memory_bound)
             for index, case in selected:
                 try:
                     answer = harness.run(case.input, compare_bytes(parsed, case, limits))
@@ -332,7 +344,7 @@ def run_tests(
         if not results and selected:
             index, case = selected[0]
             results.append(_sandbox_error(parsed, index, case, str(error)))
-    return TestRunResult.from_results(results, len(selected), isolated=isolated)
+    return TestRunResult.from_results(results, len(selected), isolated=isolated, memory_bound=memory_bound)
 
 
 def _sandbox_error(tests: CodeTests, index: int, case: TestCase, reason: str) -> TestCaseResult:
