@@ -34,9 +34,10 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
             per function of the program, writes its outcome on 5.
 
 P is forked from Z, and Z from B2 before B2 read any test: no test code, expected value or input of another
-test was ever in P's memory, and P holds no descriptor but its own three pipes. P cannot see G or B2 (they are
-in namespace A; P is in B, whose init is Z), cannot signal Z (the kernel drops signals to a namespace's init),
-and cannot ptrace or read any of them (not dumpable, other credentials). Only B2 writes to the caller, and a
+test was ever in P's memory, and P holds no descriptor but its own three pipes. P cannot signal or ptrace G or
+B2 (they are in namespace A, P in B, whose init is Z: their pids do not exist in P's namespace; the /proc that
+P sees is A's and lists them, but they are not dumpable, so their memory and descriptors stay closed), and
+cannot signal Z (the kernel drops signals from inside a namespace to its init). Only B2 writes to the caller, and a
 verdict's every input comes from B2, G or Z (wait statuses, resource usage, G's outcome, the compiler in B2);
 P's bytes are only ever the program's output, compared in the caller, or the program's answers to calls.
 
