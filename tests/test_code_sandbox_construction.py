@@ -121,8 +121,9 @@ def test_the_program_process_never_held_the_test_code(setup, monkeypatch):
 
 @pytest.mark.parametrize("isolation", ["auto", "none"])
 def test_the_memory_scanner_finds_what_the_program_was_given(isolation):
-    """The control of the test above: the same scanner finds the marker when it is the program's own input,
-    and finds no ``compare_bytes`` of the caller's message (before issue 39 it found both)."""
+    """The control of the test above: the same scanner finds the marker when it is the program's own input
+    (so a scan that finds nothing there means the marker is absent), and finds no ``compare_bytes`` of the
+    caller's messages."""
     prefix, marker, digest = _marker()
     program = SCANNER + textwrap.dedent(
         f"""
