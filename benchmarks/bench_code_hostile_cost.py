@@ -235,7 +235,8 @@ def _git(*arguments: str) -> str | None:
         return None
 
 
-def metadata() -> dict:
+def metadata(code_note: str | None = None) -> dict:
+    import hf_meds_cliff
     from hf_meds_cliff.code import sandbox
 
     harness = Path(sandbox.HARNESS_PATH)
@@ -255,6 +256,8 @@ def metadata() -> dict:
             "hf-meds-cliff": _version("hf-meds-cliff"),
         },
         "git": {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))},
+        "package_file": hf_meds_cliff.__file__,
+        "code_note": code_note,
         "harness_sha256": hashlib.sha256(harness.read_bytes()).hexdigest() if harness.exists() else None,
     }
 
@@ -268,11 +271,15 @@ def main() -> None:
     parser.add_argument("--timeout_s", type=float, default=6.0, help="the tests' timeout_s (the caller waits 5 s more)")
     parser.add_argument("--completion_chars", type=int, default=50_000)
     parser.add_argument("--skip_outputs", action="store_true", help="only (b), the extraction")
+    parser.add_argument("--skip_extraction", action="store_true", help="only (a), the hostile outputs")
+    parser.add_argument(
+        "--code_note", default=None, help="where the measured package comes from (recorded), e.g. a branch and commit"
+    )
     parser.add_argument("--output", default=None, help="JSON file to write (default: print only)")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     mib = args.flood_mib or (2.0 if args.quick else 8.0)
-    report = {"metadata": metadata(), "settings": {**vars(args), "repeats": repeats, "flood_mib": mib}}
+    report = {"metadata": metadata(args.code_note), "settings": {**vars(args), "repeats": repeats, "flood_mib": mib}}
 
     if not args.skip_outputs:
         rows = measure_outputs(mib, repeats, args.isolation, args.timeout_s)
@@ -287,6 +294,9 @@ def main() -> None:
                 f"{'-' if per_mib is None else f'{per_mib:.1f}':>10} {row['caller_cpu_ratio_to_baseline'] or 0:>7.1f}"
             )
 
+    if args.skip_extraction:
+        _write(report, args.output)
+        return
     extraction = measure_extraction(args.completion_chars, 5, 10_000 if args.quick else args.completion_chars)
     report["extraction"] = extraction
     print(f"\n(b) parsing a {args.completion_chars}-char adversarial completion, median of 5 (target < 50 ms)")
@@ -299,11 +309,15 @@ def main() -> None:
         f"previous extract_program (regular expression), {old['chars']} chars of '{old['shape']}': "
         f"{old['seconds']:.2f} s (now {1000 * old['extract_program_now_s']:.2f} ms)"
     )
+    _write(report, args.output)
+
+
+def _write(report: dict, output: str | None) -> None:
     report["metadata"]["load_average_at_end"] = os.getloadavg()
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
-        print(f"written: {args.output}")
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(json.dumps(report, indent=1) + "\n")
+        print(f"written: {output}")
 
 
 if __name__ == "__main__":
