@@ -437,7 +437,7 @@ def test_class3_forged_frames_change_no_verdict_kind_or_metric(setup, kind, test
     runs = reward.last_results
     assert scores == [1.0, 0.0], [run.results for run in runs]
     assert statuses(runs[0]) == ["passed"] * runs[0].num_tests, runs[0].results
-    # a failed assert of the test code is a wrong answer too (issue 39's brief)
+    # a failed assert of the test code is a wrong answer too (issue 39's brief, point 7; issue 42 needs it)
     assert runs[1].first_failure.status == "wrong_answer"
     assert metrics["code/sandbox_error_frac"] == 0.0 and metrics["code/compile_error_frac"] == 0.0, metrics
     assert metrics["code/memory_limit_frac"] == 0.0, metrics
@@ -579,41 +579,15 @@ print(holding * BLOCK_MIB)
 '''
 
 
-def cgroup_memory_controllers() -> list[str]:
-    """The memory controllers this machine lets a root or delegated caller use: a cgroup v2 hierarchy with
-    the ``memory`` controller, or a cgroup v1 ``memory`` hierarchy, mounted writable and writable by us."""
-    found = []
-    try:
-        with open("/proc/self/mountinfo") as mountinfo:
-            mounts = [line.split() for line in mountinfo]
-    except OSError:
-        return found
-    for fields in mounts:
-        separator = fields.index("-")
-        mount_point, options, fstype = fields[4], fields[5], fields[separator + 1]
-        super_options = fields[separator + 3] if len(fields) > separator + 3 else ""
-        if "rw" not in options.split(",") or not os.access(mount_point, os.W_OK):
-            continue
-        if fstype == "cgroup2":
-            try:
-                with open(os.path.join(mount_point, "cgroup.controllers")) as controllers:
-                    if "memory" in controllers.read().split():
-                        found.append(f"cgroup v2 at {mount_point}")
-            except OSError:
-                pass
-        elif fstype == "cgroup" and "memory" in super_options.split(","):
-            found.append(f"cgroup v1 memory at {mount_point}")
-    return found
-
-
 @pytest.mark.timeout(60)
 def test_class5_memory_is_bounded_per_program_not_per_process(setup):
     """Issue 39, class 5: 12 children of 100 MiB each under ``memory_mb=128``. Either the program fails
     (killed for memory, or its children's allocations fail), or what its processes held at one moment is
     within ``memory_mb``. Old harness: prints 1200 and passes (``RLIMIT_AS`` bounds each process only).
 
-    The sum is bounded with a cgroup where the machine has a memory controller we may use; on a machine
-    without one, a sum over the bound skips (naming the bound that ran) instead of failing."""
+    Where the run reports that only the per-process bound ran (``TestRunResult.memory_bound ==
+    "per_process_rlimit"``: the machine does not allow the per-program bound), a sum over ``memory_mb`` skips,
+    naming that bound, instead of failing."""
     memory_mb = 128
     result = run_tests(
         MEMORY_SPREADER,
@@ -625,14 +599,14 @@ def test_class5_memory_is_bounded_per_program_not_per_process(setup):
     if case.status in ("memory_limit", "runtime_error", "time_limit"):
         return  # the program as a whole was stopped
     held = int(case.actual.strip())
-    if held > memory_mb and not cgroup_memory_controllers():
+    bound = getattr(result, "memory_bound", None)
+    if held > memory_mb and bound == "per_process_rlimit":
         pytest.skip(
-            f"no cgroup memory controller on this machine: only the per-process bound (RLIMIT_AS = {memory_mb} "
-            f"MiB per process) and the sandbox's fallback ran, and the program's processes held {held} MiB at once"
+            f"memory_bound={bound!r}: this machine allows only the per-process bound (RLIMIT_AS = {memory_mb} MiB "
+            f"per process), and the program's processes held {held} MiB at once"
         )
     assert held <= memory_mb, (
-        f"the program's processes held {held} MiB at once under memory_mb={memory_mb} "
-        f"(memory controllers here: {cgroup_memory_controllers()})"
+        f"the program's processes held {held} MiB at once under memory_mb={memory_mb} (memory_bound={bound!r})"
     )
 
 
