@@ -68,7 +68,10 @@ def output_shapes(mib: float) -> dict[str, tuple[str, int]]:
     return {
         "baseline: prints 5": ("print(5)\n", 2),
         "tiny frames on every descriptor but 0, 1": (_TINY_FRAMES.format(size=size), size),
-        "\\x1c before the right answer": (f"import sys\nsys.stdout.write('\\x1c' * {size})\nprint(5)\n", size),
+        "\\x1c before the right answer": (
+            f"import sys\nsys.stdout.write('\\x1c' * {size})\nprint(5)\n",
+            size,
+        ),
         "spaces before the right answer": (f"import sys\nsys.stdout.write(' ' * {size})\nprint(5)\n", size),
         "one long line '1 1 1 ...'": (f"import sys\nsys.stdout.write('1 ' * ({size} // 2))\n", size),
         "short lines '1\\n'": (f"import sys\nsys.stdout.write('1\\n' * ({size} // 2))\n", size),
@@ -265,27 +268,40 @@ def metadata(code_note: str | None = None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="2 MiB floods, 1 round, old extractor at 10 KB")
-    parser.add_argument("--repeats", type=int, default=None, help="rounds of the output shapes (default 3; quick 1)")
-    parser.add_argument("--flood_mib", type=float, default=None, help="size of each flood (default 8; quick 2)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="rounds of the output shapes (default 3; quick 1)"
+    )
+    parser.add_argument(
+        "--flood_mib", type=float, default=None, help="size of each flood (default 8; quick 2)"
+    )
     parser.add_argument("--isolation", default="auto", choices=["auto", "none"])
-    parser.add_argument("--timeout_s", type=float, default=6.0, help="the tests' timeout_s (the caller waits 5 s more)")
+    parser.add_argument(
+        "--timeout_s", type=float, default=6.0, help="the tests' timeout_s (the caller waits 5 s more)"
+    )
     parser.add_argument("--completion_chars", type=int, default=50_000)
     parser.add_argument("--skip_outputs", action="store_true", help="only (b), the extraction")
     parser.add_argument("--skip_extraction", action="store_true", help="only (a), the hostile outputs")
     parser.add_argument(
-        "--code_note", default=None, help="where the measured package comes from (recorded), e.g. a branch and commit"
+        "--code_note",
+        default=None,
+        help="where the measured package comes from (recorded), e.g. a branch and commit",
     )
     parser.add_argument("--output", default=None, help="JSON file to write (default: print only)")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     mib = args.flood_mib or (2.0 if args.quick else 8.0)
-    report = {"metadata": metadata(args.code_note), "settings": {**vars(args), "repeats": repeats, "flood_mib": mib}}
+    report = {
+        "metadata": metadata(args.code_note),
+        "settings": {**vars(args), "repeats": repeats, "flood_mib": mib},
+    }
 
     if not args.skip_outputs:
         rows = measure_outputs(mib, repeats, args.isolation, args.timeout_s)
         report["hostile_output"] = rows
         print(f"(a) caller's CPU per hostile output, {args.isolation} isolation, median of {repeats}")
-        print(f"{'output':<44} {'MiB':>5} {'verdict':<16} {'CPU s':>7} {'wall s':>7} {'ms CPU/MiB':>10} {'x base':>7}")
+        print(
+            f"{'output':<44} {'MiB':>5} {'verdict':<16} {'CPU s':>7} {'wall s':>7} {'ms CPU/MiB':>10} {'x base':>7}"
+        )
         for row in rows:
             per_mib = row["caller_cpu_ms_per_mib_above_baseline"]
             print(
@@ -299,7 +315,9 @@ def main() -> None:
         return
     extraction = measure_extraction(args.completion_chars, 5, 10_000 if args.quick else args.completion_chars)
     report["extraction"] = extraction
-    print(f"\n(b) parsing a {args.completion_chars}-char adversarial completion, median of 5 (target < 50 ms)")
+    print(
+        f"\n(b) parsing a {args.completion_chars}-char adversarial completion, median of 5 (target < 50 ms)"
+    )
     names = list(extraction["worst_s"])
     print(f"{'shape':<44} " + " ".join(f"{name.split('.')[-1]:>22}" for name in names))
     for row in extraction["rows"]:

@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,9 @@ START_METHODS = ["fork_server", "exec"]
 SMALL = SandboxLimits(timeout_s=4, memory_mb=256, max_processes=24)
 
 
-@pytest.fixture(params=[(i, s) for i in ISOLATION_MODES for s in START_METHODS], ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(
+    params=[(i, s) for i in ISOLATION_MODES for s in START_METHODS], ids=lambda p: f"{p[0]}-{p[1]}"
+)
 def setup(request):
     """(isolation, start_method) of one parameter."""
     return request.param
@@ -57,7 +60,9 @@ def setup(request):
 
 def make_limits(setup, **changes):
     isolation, start_method = setup
-    return SandboxLimits(**{**SMALL.__dict__, "isolation": isolation, "start_method": start_method, **changes})
+    return SandboxLimits(
+        **{**SMALL.__dict__, "isolation": isolation, "start_method": start_method, **changes}
+    )
 
 
 def fenced(program: str) -> str:
@@ -80,7 +85,7 @@ def secret() -> str:
 # regular expression's own text has backslashes where the assert has parentheses), so it finds only what
 # came from the test code.
 
-MEMORY_READER = r'''
+MEMORY_READER = r"""
 import ctypes, gc, os, re, sys, types
 
 _PATTERN = re.compile(rb"\((\d+)\) == '([0-9a-f]{32})'")
@@ -191,7 +196,7 @@ def read_expected(method):
     except Exception:
         pass
     return found
-'''
+"""
 
 READ_METHODS = ["frames", "gc", "ctypes", "proc_mem"]
 
@@ -246,7 +251,7 @@ def test_class1_no_pass_by_reading_the_tests_from_memory(setup, method, style):
 # with it into a world-writable folder of the host, says so on stderr and forges a confirmation if it finds
 # the old harness's descriptors. The program itself never imports what it planted.
 
-PLANTED = r'''
+PLANTED = r"""
 import os, re, sys
 _found = []
 _frame = sys._getframe()
@@ -272,9 +277,9 @@ while _frame is not None:  # the old harness's grader: hand back its nonce as if
         os.write(_locals["result_fd"], len(_data).to_bytes(4, "big") + _data)
         os._exit(0)
     _frame = _frame.f_back
-'''
+"""
 
-PLANTING_PROGRAM = r'''
+PLANTING_PROGRAM = r"""
 import os, sys, types
 
 PLANTED = {planted!r}
@@ -300,7 +305,7 @@ discovery = types.ModuleType("unittest.__main__")  # importing this runs unittes
 
 def answer(n):
     return "I cannot know this"
-'''
+"""
 
 
 @pytest.mark.parametrize("style", ["human_eval", "mbpp"])
@@ -320,7 +325,7 @@ def test_class2_the_grader_never_runs_code_the_program_planted_or_named(setup, s
             program, problems[style], limits=make_limits(setup, timeout_s=8), stop_at_first_failure=False
         )
         planted = sorted(os.listdir(marker_dir))
-        proofs = [open(os.path.join(marker_dir, name)).read() for name in planted]
+        proofs = [Path(marker_dir, name).read_text() for name in planted]
     finally:
         shutil.rmtree(marker_dir, ignore_errors=True)
     assert not result.passed and result.num_passed == 0, result.results
@@ -336,7 +341,7 @@ def test_class2_the_grader_never_runs_code_the_program_planted_or_named(setup, s
 # JSON answers to every descriptor it holds, to every descriptor it can reopen through /proc/self/fd and to
 # stderr, before and while it computes the right answer.
 
-FRAME_FORGER = r'''
+FRAME_FORGER = r"""
 import json as _json, os as _os, signal as _signal
 
 _FORGED = "FORGED-BY-THE-PROGRAM: harness failure"
@@ -406,7 +411,7 @@ def forge(include_stdout=False):
 
 
 forge()
-'''
+"""
 
 STDIN_TESTS = [{"input": "2 3\n", "output": "5\n", "testtype": "stdin"}, {"input": "4 4\n", "output": "8\n"}]
 FUNCTIONAL_TESTS = {"inputs": [[2, 3], [4, 4]], "outputs": [5, 8], "fn_name": "add"}
@@ -441,9 +446,11 @@ def test_class3_forged_frames_change_no_verdict_kind_or_metric(setup, kind, test
     assert runs[1].first_failure.status == "wrong_answer"
     assert metrics["code/sandbox_error_frac"] == 0.0 and metrics["code/compile_error_frac"] == 0.0, metrics
     assert metrics["code/memory_limit_frac"] == 0.0, metrics
-    for run in runs:  # the reason of a verdict is never the program's text (its stderr may be shown, after it)
+    # the reason of a verdict is never the program's text (its stderr may be shown, after it)
+    for run in runs:
         for case in run.results:
-            assert not (case.error or "").startswith("FORGED") and "sandbox" not in (case.error or "").lower(), case
+            error = case.error or ""
+            assert not error.startswith("FORGED") and "sandbox" not in error.lower(), case
 
 
 def test_class3_forged_frames_on_stdout_are_only_output(setup):
@@ -466,7 +473,7 @@ def test_class3_an_unparseable_program_is_still_a_compile_error(setup):
 
 # ---------------------------------------------------------------------------------------------- class 4
 
-TINY_FRAMES = r'''
+TINY_FRAMES = r"""
 import os, signal
 
 class _Stop(Exception):
@@ -491,7 +498,7 @@ for name in sorted(os.listdir("/proc/self/fd"), key=int):
         pass
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-'''
+"""
 
 
 @pytest.mark.timeout(60)
@@ -518,7 +525,9 @@ def test_class4_tiny_frames_on_stdout_are_a_program_failure(setup):
     program = TINY_FRAMES.format(lowest=1) + "def add(a, b):\n    return a + b\n"
     for tests in (MBPP_TESTS, STDIN_TESTS[:1]):
         result = run_tests(program, tests, limits=make_limits(setup, timeout_s=4))
-        assert all(status not in ("sandbox_error", "compile_error") for status in statuses(result)), result.results
+        assert all(status not in ("sandbox_error", "compile_error") for status in statuses(result)), (
+            result.results
+        )
 
 
 @pytest.mark.timeout(60)
@@ -538,7 +547,7 @@ def test_class4_padding_before_a_right_answer_is_cut_unread(setup, padding):
 
 # ---------------------------------------------------------------------------------------------- class 5
 
-MEMORY_SPREADER = r'''
+MEMORY_SPREADER = r"""
 import os, time
 
 CHILDREN, BLOCK_MIB = 12, 100
@@ -576,7 +585,7 @@ for pid in children:
     alive += ended == 0
 holding = min(answers.count(b"+"), alive)  # children that allocated and still live, at the same moment
 print(holding * BLOCK_MIB)
-'''
+"""
 
 
 @pytest.mark.timeout(60)
@@ -612,7 +621,7 @@ def test_class5_memory_is_bounded_per_program_not_per_process(setup):
 
 # ---------------------------------------------------------------------------------------------- class 6
 
-LEFTOVERS = r'''
+LEFTOVERS = r"""
 import os
 
 def state():
@@ -631,7 +640,7 @@ def state():
     return "seen" if seen else "fresh"
 
 STATE = state()  # at start-up, once per process
-'''
+"""
 
 
 @pytest.mark.parametrize("kind", ["stdin", "mbpp"])
@@ -641,14 +650,15 @@ def test_class6_every_test_gets_a_fresh_folder(setup, kind):
     if kind == "stdin":
         program, tests = LEFTOVERS + "print(STATE)\n", [{"input": "", "output": "fresh"}] * 3
     else:
-        program, tests = LEFTOVERS + "def leftovers():\n    return STATE\n", {
-            "test_list": ["assert leftovers() == 'fresh'"] * 3
-        }
+        program, tests = (
+            LEFTOVERS + "def leftovers():\n    return STATE\n",
+            {"test_list": ["assert leftovers() == 'fresh'"] * 3},
+        )
     result = run_tests(program, tests, limits=make_limits(setup), stop_at_first_failure=False)
     assert statuses(result) == ["passed"] * 3, result.results
 
 
-LENGTH_READER = r'''
+LENGTH_READER = r"""
 import gc, os, re, sys, types
 
 _KEY = "compare" + "_bytes"
@@ -706,7 +716,7 @@ def cap_from_memory():
 
 caps = cap_from_memory()
 print("1" * (caps[-1] // 8) if caps else "")
-'''
+"""
 
 
 def test_class6_no_number_derived_from_the_expected_output_reaches_the_program(setup):
