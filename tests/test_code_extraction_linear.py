@@ -22,8 +22,32 @@ def old_extract_program(completion):
     return program
 
 
-PIECES = ["`", "```", "````", "\n", " ", "\t", "python", "Py", "py3", "cpp", "x", "+", "#", ".", "-", "é", "\r",
-          "print(1)", "```python\n", "```\n", "``` py\n", "```python3 extra\n", "`\n", "\n```"]
+PIECES = [
+    "`",
+    "```",
+    "````",
+    "\n",
+    " ",
+    "\t",
+    "python",
+    "Py",
+    "py3",
+    "cpp",
+    "x",
+    "+",
+    "#",
+    ".",
+    "-",
+    "é",
+    "\r",
+    "print(1)",
+    "```python\n",
+    "```\n",
+    "``` py\n",
+    "```python3 extra\n",
+    "`\n",
+    "\n```",
+]
 
 
 def random_completion(rng, size):
