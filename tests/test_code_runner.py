@@ -167,7 +167,9 @@ def test_human_eval_and_mbpp_asserts():
 def test_assert_tests_pass_only_when_every_statement_ran(trick):
     result = run_tests(trick, HUMAN_EVAL, limits=LIMITS)
     # the program ended early (runtime error) or its answers failed the asserts (wrong answer)
-    assert not result.passed and result.results[0].status in ("runtime_error", "wrong_answer"), result.results[0]
+    assert not result.passed and result.results[0].status in ("runtime_error", "wrong_answer"), (
+        result.results[0]
+    )
 
 
 def test_assert_tests_accept_standard_library_values_unless_patched():

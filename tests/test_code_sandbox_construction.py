@@ -132,7 +132,10 @@ def test_the_memory_scanner_finds_what_the_program_was_given(isolation):
         """
     )
     # Each test's message carries the caller's read cap for its output ("compare_bytes"): never in P's memory.
-    tests = [{"input": marker + "\n", "output": "True False"}, {"input": marker + "\n", "output": "True False"}]
+    tests = [
+        {"input": marker + "\n", "output": "True False"},
+        {"input": marker + "\n", "output": "True False"},
+    ]
     result = run_tests(
         program, tests, limits=limits(isolation, timeout_s=10, memory_mb=512), stop_at_first_failure=False
     )
@@ -193,7 +196,9 @@ def test_frames_the_program_writes_are_no_verdict(setup, monkeypatch):
         fn_name="f",
         limits=bounded,
     )
-    assert functional.results[0].status == "passed", functional.results  # what it returned decides, as it should
+    assert functional.results[0].status == "passed", (
+        functional.results
+    )  # what it returned decides, as it should
     human_eval = {"test": "def check(candidate):\n    assert candidate(2) == 4\n", "entry_point": "square"}
     asserts = run_tests(FORGED_FRAMES + "def square(x):\n    return x * x\n", human_eval, limits=bounded)
     assert asserts.results[0].status == "runtime_error", asserts.results  # it broke its own answer channel
@@ -241,7 +246,9 @@ def test_the_grader_imports_nothing_the_program_names_or_writes(setup, monkeypat
 @pytest.mark.parametrize("isolation", ["auto", "none"])
 def test_every_test_gets_a_fresh_folder(isolation):
     """A file one test writes is gone for the next test of the same program (before issue 39 it was seen)."""
-    program = "import os\nprint('seen' if os.path.exists('note') else 'fresh')\nopen('note', 'w').write('x')\n"
+    program = (
+        "import os\nprint('seen' if os.path.exists('note') else 'fresh')\nopen('note', 'w').write('x')\n"
+    )
     result = run_tests(
         program, [{"input": "", "output": "fresh"}] * 3, limits=limits(isolation), stop_at_first_failure=False
     )

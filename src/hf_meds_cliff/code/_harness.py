@@ -15,31 +15,36 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
                                        │ fork; B0 writes B1's uid/gid maps
                                        B1: unshare(user, mount, net, pid, ipc, uts)
                                        │ fork
-      ┌────────────────────────────── B2 = PID 1 of namespace A: THE CHECKER
+      ┌─────────────────────────────── B2 = PID 1 of namespace A: THE CHECKER
       │  holds: the caller's 2 pipes, the zygote socket, per test the program's
-      │  stdin/stdout/stderr ends and (assert tests) the grader's result pipe.
-      │  Reads the tests. Alone answers the caller.
+      │  stdin/stdout/stderr ends and (assert tests) the grader's result and
+      │  stderr pipes. Reads the tests. Alone answers the caller.
       │
-      ├─ fork, before any test is read ── H: unshare(pid) ── fork ── Z = PID 1 of namespace B: THE ZYGOTE
-      │     (H exits; Z is re-parented to B2)   holds: 0,1,2 = /dev/null and its socket to B2, nothing else;
-      │                                         its memory: the job (program, setup code, limits), never a test
+      ├─ fork, before any test is read ── H: unshare(pid) ── fork ──> Z
+      │     Z = PID 1 of namespace B: THE ZYGOTE (H exits; Z is re-parented to B2)
+      │     holds: 0, 1, 2 = /dev/null and its socket to B2, nothing else;
+      │     its memory: the job (program, setup code, limits), never a test
+      │
       │     per test: B2 ──SCM_RIGHTS (3 pipe ends)──> Z ── fork ──> P: THE PROGRAM'S PROCESS
-      │                                         holds exactly 0 = stdin, 1 = stdout, 2 = stderr pipes;
-      │               Z ──pidfd of P──> B2      limits, unprivileged uid, new session keyring, then the program
-      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU time to B2
+      │               Z ──pidfd of P──> B2        holds exactly 0 = stdin, 1 = stdout, 2 = stderr;
+      │                                           limits, unprivileged uid, new session keyring,
+      │                                           then the program
+      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU to B2
       │
       └─ fork per assert test ── G: THE GRADER (dataset code)
-            holds: 0 = /dev/null, 1/2 = its own stderr pipe, 3 = P's stdin (calls), 4 = P's stdout (answers),
-            5 = result pipe to B2; same limits and uid as P, not dumpable; runs the test code with a proxy
-            per function of the program, writes its outcome on 5.
+            holds: 0 = /dev/null, 1/2 = its own stderr pipe, 3 = P's stdin (calls),
+            4 = P's stdout (answers), 5 = result pipe to B2; same limits and uid as P,
+            not dumpable; runs the test code with a proxy per function of the program,
+            writes its outcome on 5.
 
 P is forked from Z, and Z from B2 before B2 read any test: no test code, expected value or input of another
 test was ever in P's memory, and P holds no descriptor but its own three pipes. P cannot signal or ptrace G or
 B2 (they are in namespace A, P in B, whose init is Z: their pids do not exist in P's namespace; the /proc that
 P sees is A's and lists them, but they are not dumpable, so their memory and descriptors stay closed), and
-cannot signal Z (the kernel drops signals from inside a namespace to its init). Only B2 writes to the caller, and a
-verdict's every input comes from B2, G or Z (wait statuses, resource usage, G's outcome, the compiler in B2);
-P's bytes are only ever the program's output, compared in the caller, or the program's answers to calls.
+cannot signal Z (the kernel drops signals from inside a namespace to its init). Only B2 writes to the
+caller, and a verdict's every input comes from B2, G or Z (wait statuses, resource usage, G's outcome, the
+compiler in B2); P's bytes are only ever the program's output, compared in the caller, or the program's
+answers to calls.
 
 Without namespaces (``isolate`` false, or ``unshare`` refused: *limits-only mode*) B0 is the checker and
 forks Z directly; Z is a child subreaper (instead of a namespace's init) and kills what P left behind after
@@ -48,10 +53,10 @@ each test; G and P run as a fresh uid when the caller is root. Every level dies 
 of a namespace dies the kernel kills the whole namespace.
 """
 
-import builtins
 import contextlib
 import ctypes
 import errno
+import fcntl
 import gc
 import json
 import os
@@ -245,15 +250,14 @@ def _keep_only(fds):
 
 def _place(sources):
     """Put ``sources[i]`` at descriptor ``i`` and close every other descriptor."""
-    moved = [fcntl_dup(fd) for fd in sources]
+    moved = [_dup_high(fd) for fd in sources]
     for target, fd in enumerate(moved):
         _dup2(fd, target)
     _keep_only(range(len(sources)))
 
 
-def fcntl_dup(fd):
-    import fcntl
-
+def _dup_high(fd):
+    """A copy of ``fd`` at 64 or above: out of the way of the low numbers it is then placed at."""
     return fcntl.fcntl(fd, fcntl.F_DUPFD, 64)
 
 
@@ -376,7 +380,9 @@ class Zygote:
         self.pid = pid
         if new_pid_namespace:
             _, status = os.waitpid(pid, 0)  # H
-            self.kind = "pid_namespace" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "subreaper"
+            self.kind = (
+                "pid_namespace" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "subreaper"
+            )
             # Z was re-parented here when H exited, and is this process's only child (no test has run yet)
             children = _children()
             self.pid = children[0] if len(children) == 1 else None
@@ -452,7 +458,6 @@ def _processes_of(uid):
 def _nonblocking(fd):
     os.set_blocking(fd, False)
     return fd
-
 
 
 # ---------------------------------------------------------------- the checker (B2, or B0 without isolation)
@@ -668,7 +673,7 @@ def run_one_test(job, control, message, zygote):
                 answer["memory_exceeded"] = True  # the program's processes together: killed below
                 break
         remaining = started + timeout - now
-        if (grader_done if kind == "assert" else report is not None):
+        if grader_done if kind == "assert" else report is not None:
             break
         if remaining <= 0:
             answer["timed_out"] = True
@@ -732,7 +737,9 @@ def run_one_test(job, control, message, zygote):
     grader_status = grader_usage = None
     if grader_pid is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(grader_pid, signal.SIGKILL)  # the grader's group, while its unreaped leader holds the id
+            os.killpg(
+                grader_pid, signal.SIGKILL
+            )  # the grader's group, while its unreaped leader holds the id
         _, grader_status, grader_usage = os.wait4(grader_pid, 0)
     with contextlib.suppress(ChildProcessError):  # anything else that ended here (H, a grader's orphans)
         while os.waitpid(-1, os.WNOHANG)[0] != 0:
@@ -963,7 +970,6 @@ def _write_map(path, text):
         handle.write(text)
 
 
-
 def isolate_and_serve(job, control):
     """B0: fork B1 into new namespaces, map its ids, wait. Returns False if namespaces are refused."""
     ready_r, ready_w = os.pipe()  # B1 -> B0: unshare done (b"1") or refused (b"0" + reason)
@@ -1071,7 +1077,6 @@ def isolate_and_serve(job, control):
     _, status = os.waitpid(pid, 0)
     _remove_workdir(job["workdir"])
     _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
-
 
 
 def _remove_workdir(workdir):

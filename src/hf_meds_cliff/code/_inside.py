@@ -40,7 +40,9 @@ _read, _write, _exit = os.read, os.write, os._exit
 _CLEAN_BUILTINS = dict(builtins.__dict__)
 _MemoryError = MemoryError  # captured: a program may rebind builtins.MemoryError
 _OUTPUT_FRAME_BYTES = 1 << 16  # the program's prints leave in frames of at most this size
-MEMORY_ERROR_EXIT = 211  # P's exit status when the program ended on a MemoryError (the checker's memory_limit)
+MEMORY_ERROR_EXIT = (
+    211  # P's exit status when the program ended on a MemoryError (the checker's memory_limit)
+)
 
 # The standard modules the grader binds under the program's alias (``import math as m``): its own copies,
 # imported by the harness before any program ran. No other module name the program chose is ever imported.

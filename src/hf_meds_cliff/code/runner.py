@@ -329,7 +329,9 @@ def run_tests(
             if not isolated and limits.isolation == "required":
                 reason = f"isolation required but unavailable: {ready.get('reason')}"
                 results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
-                return TestRunResult.from_results(results, len(selected), isolated=False, memory_bound=memory_bound)
+                return TestRunResult.from_results(
+                    results, len(selected), isolated=False, memory_bound=memory_bound
+                )
             for index, case in selected:
                 try:
                     answer = harness.run(case.input, compare_bytes(parsed, case, limits))
