@@ -183,7 +183,7 @@ def _sentences_before_issue39():
 
 
 def measure_extraction(size: int, repeats: int, old_size: int, old_size_units: int) -> dict:
-    from hf_meds_cliff.cliff.sentences import split_code_units
+    from hf_meds_cliff.cliff import split_code_units
     from hf_meds_cliff.code import extract_program
     from hf_meds_cliff.rewards.extraction import extract_final_answer
 
