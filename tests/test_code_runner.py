@@ -121,12 +121,15 @@ def test_functional_results_cannot_decide_their_own_equality():
 def test_human_eval_and_mbpp_asserts():
     assert run_tests("def square(x):\n    return x * x\n", HUMAN_EVAL, limits=LIMITS).passed
     wrong = run_tests("def square(x):\n    return x + x\n", HUMAN_EVAL, limits=LIMITS)
-    assert statuses(wrong) == ["runtime_error"] and "AssertionError" in wrong.first_failure.error
+    # a failed assert of the test code is a wrong answer (issue 39); an exception of the program a runtime error
+    assert statuses(wrong) == ["wrong_answer"] and "AssertionError" in wrong.first_failure.error
+    raises = run_tests("def square(x):\n    raise AssertionError('mine')\n", HUMAN_EVAL, limits=LIMITS)
+    assert statuses(raises) == ["runtime_error"] and "mine" in raises.first_failure.error
     assert run_tests("def inc(x):\n    return x + 1\n", MBPP, limits=LIMITS).passed
     half = run_tests(
         "def inc(x):\n    return 2 if x == 1 else 0\n", MBPP, limits=LIMITS, stop_at_first_failure=False
     )
-    assert statuses(half) == ["passed", "runtime_error"] and half.fraction == 0.5
+    assert statuses(half) == ["passed", "wrong_answer"] and half.fraction == 0.5
 
 
 @pytest.mark.parametrize(
@@ -163,7 +166,10 @@ def test_human_eval_and_mbpp_asserts():
 )
 def test_assert_tests_pass_only_when_every_statement_ran(trick):
     result = run_tests(trick, HUMAN_EVAL, limits=LIMITS)
-    assert not result.passed and result.results[0].status == "runtime_error", result.results[0]
+    # the program ended early (runtime error) or its answers failed the asserts (wrong answer)
+    assert not result.passed and result.results[0].status in ("runtime_error", "wrong_answer"), (
+        result.results[0]
+    )
 
 
 def test_assert_tests_accept_standard_library_values_unless_patched():

@@ -32,6 +32,7 @@ HUMAN_EVAL = {
 MBPP = {"test_list": ["assert square(2) == 4", "assert sorted([square(3)]) == [9] and len([square(3)]) == 1"]}
 MBPP_MATH = {"test_list": ["assert math.isclose(square(3), 9.0)"], "test_setup_code": "import math"}
 WRONG = "def square(x):\n    return -1\n"
+FAILED = ("wrong_answer", "runtime_error")
 
 FORGERIES = {
     # the two lines of issue 29: the test statements' exec becomes a no-op in the harness module
@@ -75,7 +76,8 @@ def test_assert_tests_cannot_be_forged_from_the_program(isolation, forgery):
     program = FORGERIES[forgery]
     for tests in (HUMAN_EVAL, MBPP):
         result = run_tests(program, tests, limits=limits(isolation), stop_at_first_failure=False)
-        assert not result.passed and result.results[-1].status == "runtime_error", (forgery, result.results)
+        # a failed assert of the test code is a wrong answer (issue 39), a program that ends early a runtime error
+        assert not result.passed and result.results[-1].status in FAILED, (forgery, result.results)
     # the sandbox still passes an honest program (so the forgeries failed for the right reason)
     for tests in (HUMAN_EVAL, MBPP):
         honest = run_tests("def square(x):\n    return x * x\n", tests, limits=limits(isolation))
@@ -88,7 +90,7 @@ def test_standard_modules_patched_by_the_program_do_not_reach_the_asserts(isolat
     (before issue 29 it passed)."""
     patched = "import math\nmath.isclose = lambda *a, **k: True\n" + WRONG
     result = run_tests(patched, MBPP_MATH, limits=limits(isolation))
-    assert result.results[0].status == "runtime_error", result.results
+    assert result.results[0].status == "wrong_answer", result.results
     assert run_tests("def square(x):\n    return x * x\n", MBPP_MATH, limits=limits(isolation)).passed
 
 
@@ -173,8 +175,9 @@ CRASHING_OUTPUTS = {
     # a result frame of its own making, nested beyond any recursion limit, on every descriptor
     "forged_deep_result_frame": (
         (
+            # fd 1 is where a functional result leaves the program's process (issue 39: it holds only 0, 1, 2)
             "import os\ndef f(x):\n    data = b'R' + b'[' * 20000 + b']' * 20000\n"
-            "    for fd in range(3, 1024):\n        try:\n"
+            "    for fd in range(1, 1024):\n        try:\n"
             "            os.write(fd, len(data).to_bytes(4, 'big') + data)\n        except OSError:\n"
             "            pass\n    os._exit(0)\n"
         ),

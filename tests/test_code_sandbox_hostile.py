@@ -496,4 +496,6 @@ def test_the_grader_process_is_out_of_reach_through_proc(isolation):
     mbpp = {"test_list": ["assert square(2) == 4"]}
     for tests in (human_eval, mbpp):
         result = run_tests(GRADER_REACH + "def square(x):\n    return -1\n", tests, limits=limits(isolation))
-        assert not result.passed and result.results[0].status == "runtime_error", result.results
+        assert not result.passed and result.results[0].status in ("wrong_answer", "runtime_error"), (
+            result.results
+        )

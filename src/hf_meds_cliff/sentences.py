@@ -73,35 +73,49 @@ def _protect(protected: bytearray, start: int, end: int) -> None:
     protected[start:end] = b"\x01" * (end - start)
 
 
+class _NextIndex:
+    """``text.find(needle, start)`` for queries that never decrease, in linear time over all of them (an answer
+    stays valid until a query passes it): without it, every unclosed ``\\[`` rescanned the rest of the text."""
+
+    def __init__(self, text: str, needle: str):
+        self.text, self.needle = text, needle
+        self.answer = -2  # no query yet
+
+    def __call__(self, start: int) -> int:
+        if self.answer == -2 or (self.answer != -1 and self.answer < start):
+            self.answer = self.text.find(self.needle, start)
+        return self.answer
+
+
 def _math_and_brace_mask(text: str) -> bytearray:
     """``protected[i]`` is 1 when a sentence may not end right after character ``i``.
 
     Math regions protect every character but the last closing delimiter; brace groups protect their
     content and opening brace (so ``\\frac{1}{2}.`` still ends after the ``.``). Escaped characters
-    (``\\$``, ``\\{`` outside a brace pair, ``\\\\``) are literal.
+    (``\\$``, ``\\{`` outside a brace pair, ``\\\\``) are literal. Linear time: the searches for closing
+    delimiters resume where the previous one stopped, and nested brace groups are marked once.
     """
     protected = bytearray(len(text))
+    closers = {"\\[": _NextIndex(text, "\\]"), "\\(": _NextIndex(text, "\\)"), "$$": _NextIndex(text, "$$")}
+    dollar = _DollarCloser(text)
     position = 0
     while (match := _MATH_TOKEN.search(text, position)) is not None:
         start, token = match.start(), match.group()
         position = match.end()
-        if token in ("\\[", "\\("):
-            end = text.find("\\]" if token == "\\[" else "\\)", start + 2)
+        if token in ("\\[", "\\(", "$$"):
+            end = closers[token](start + 2)
             if end != -1:
-                _protect(protected, start, end + 1)  # up to and including the backslash of the closer
-                position = end + 2
-        elif token == "$$":
-            end = text.find("$$", start + 2)
-            if end != -1:
-                _protect(protected, start, end + 1)
+                _protect(protected, start, end + 1)  # up to and including the closer's first character
                 position = end + 2
         elif token == "$":
-            end = _closing_dollar(text, start + 1)
+            end = dollar(start + 1)
             if end != -1:
                 _protect(protected, start, end)
                 position = end + 1
 
-    # Balanced braces ("{...}" and "\\{...\\}"); an unmatched or mismatched closer is ignored.
+    # Balanced braces ("{...}" and "\\{...\\}"); an unmatched or mismatched closer is ignored. The groups
+    # nest (a stack pairs them), so their union is marked, each character once.
+    groups: list[tuple[int, int]] = []
     stack: list[tuple[int, bool]] = []
     position = 0
     while (match := _BRACE_TOKEN.search(text, position)) is not None:
@@ -112,7 +126,12 @@ def _math_and_brace_mask(text: str) -> bytearray:
             stack.append((start, escaped))
         elif token[-1] == "}" and (escaped or token == "}") and stack and stack[-1][1] == escaped:
             opening, _ = stack.pop()
-            _protect(protected, opening, start + 1 if escaped else start)  # "\\}" ends at its "}"
+            groups.append((opening, start + 1 if escaped else start))  # "\\}" ends at its "}"
+    marked_to = 0
+    for start, end in sorted(groups):
+        if end > marked_to:
+            _protect(protected, max(start, marked_to), end)
+            marked_to = end
     return protected
 
 
@@ -123,34 +142,101 @@ def _closing_dollar(text: str, start: int) -> int:
     closing one a non-space right before it and no digit right after it; inline math never spans a
     blank line.
     """
-    n = len(text)
-    if start >= n or text[start].isspace():
-        return -1
-    position = start
-    while (match := _DOLLAR_TOKEN.search(text, position)) is not None:
-        index, token = match.start(), match.group()
-        position = match.end()
-        if token == "\n\n":
+    return _DollarCloser(text)(start)
+
+
+class _DollarCloser:
+    """:func:`_closing_dollar` for openings that never move backwards, in linear time over all of them.
+
+    A scan from ``start`` stops at an event: the closing ``$``, a blank line, a ``$$`` or the end of the
+    text. A later opening ``start2`` (right after a ``$``, so the escape pairs ``\\x`` are read alike from
+    both) that lies before that event stops at the same event: the tokens in between are no events for any
+    start before them. So the last event is kept and reused until an opening passes it.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.event, self.answer = -1, -1  # no scan yet
+
+    def __call__(self, start: int) -> int:
+        text, n = self.text, len(self.text)
+        if start >= n or text[start].isspace():
             return -1
-        if token == "$":
-            if (
-                index > start
-                and not text[index - 1].isspace()
-                and not (index + 1 < n and text[index + 1].isdigit())
-            ):
-                return index
-            if index + 1 < n and text[index + 1] == "$":
-                return -1  # a display-math delimiter cannot close inline math
-    return -1
+        if self.event > start:
+            return self.answer
+        self.event, self.answer = n, -1
+        position = start
+        while (match := _DOLLAR_TOKEN.search(text, position)) is not None:
+            index, token = match.start(), match.group()
+            position = match.end()
+            if token == "\n\n":
+                self.event = index
+                return -1
+            if token == "$":
+                if (
+                    index > start
+                    and not text[index - 1].isspace()
+                    and not (index + 1 < n and text[index + 1].isdigit())
+                ):
+                    self.event, self.answer = index, index
+                    return index
+                if index + 1 < n and text[index + 1] == "$":
+                    self.event = index
+                    return -1  # a display-math delimiter cannot close inline math
+        return -1
 
 
 def _is_list_marker(text: str, sentence_start: int, dot: int) -> bool:
     """True when ``text[.. dot]`` is ``"1."``/``"a."``/``"iv."`` at the start of a line."""
-    line_start = text.rfind("\n", 0, dot) + 1
-    marker_start = max(line_start, sentence_start)
-    if line_start < sentence_start and text[line_start:sentence_start].strip():
-        return False  # the line began in an earlier sentence: the dot is not at the line start
-    return _LIST_MARKER.fullmatch(text[marker_start:dot].strip()) is not None
+    return _ListMarkers(text)(sentence_start, dot)
+
+
+class _ListMarkers:
+    """:func:`_is_list_marker` for dots that never move backwards, in linear time over all of them: the line's
+    start is found from the previous dot's, and only the few characters a marker can have are looked at
+    (before, each dot rescanned its whole line and sentence)."""
+
+    _LONGEST = 6  # _LIST_MARKER matches at most 6 characters
+
+    def __init__(self, text: str):
+        self.text = text
+        self.dot, self.line_start = 0, 0
+        self.earlier_text_on_line: dict[int, bool] = {}  # sentence_start -> non-space before it on its line
+        self.first_non_space: dict[int, int] = {}  # start -> the first non-space character from there on
+
+    def _line_start(self, dot: int) -> int:
+        newline = self.text.rfind("\n", self.dot, dot)
+        if newline != -1:
+            self.line_start = newline + 1
+        self.dot = dot
+        return self.line_start
+
+    def __call__(self, sentence_start: int, dot: int) -> bool:
+        text = self.text
+        line_start = self._line_start(dot)
+        if line_start < sentence_start:
+            earlier = self.earlier_text_on_line.get(sentence_start)
+            if earlier is None:
+                index = sentence_start
+                while index > line_start and text[index - 1].isspace():
+                    index -= 1
+                earlier = self.earlier_text_on_line[sentence_start] = index > line_start
+            if earlier:
+                return False  # the line began in an earlier sentence: the dot is not at the line start
+        start = max(line_start, sentence_start)
+        first = self.first_non_space.get(start)
+        if first is None:
+            first, n = start, len(text)
+            while first < n and text[first].isspace():
+                first += 1
+            self.first_non_space[start] = first
+        if first >= dot:
+            return False  # nothing but spaces before the dot
+        last = dot
+        while last > first and text[last - 1].isspace():
+            last -= 1
+        # text[first:last] is text[start:dot].strip(): a marker only when short
+        return last - first <= self._LONGEST and _LIST_MARKER.fullmatch(text[first:last]) is not None
 
 
 def _is_abbreviation(text: str, dot: int) -> bool:
@@ -180,6 +266,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     if n == 0:
         return []
     protected = _math_and_brace_mask(text)
+    list_markers = _ListMarkers(text)
     ends: list[int] = []
     sentence_start = 0
     position = 0
@@ -199,7 +286,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
                 is_exception = (
                     text[i] == "."
                     and j == i + 1
-                    and (_is_list_marker(text, sentence_start, i) or _is_abbreviation(text, i))
+                    and (list_markers(sentence_start, i) or _is_abbreviation(text, i))
                 )
                 if not is_exception:
                     boundary = j

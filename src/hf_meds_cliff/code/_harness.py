@@ -1,50 +1,68 @@
-"""The in-sandbox harness: runs one untrusted program against test inputs, one forked process per test.
+"""The in-sandbox harness: the process tree that runs one untrusted program against test inputs.
 
-Started by :mod:`hf_meds_cliff.code.sandbox` as ``python -I -B _harness.py`` (a fresh interpreter per
-program, in the program's own temporary folder, with a minimal environment). Standard library only; the
-library never imports it. The protocol is one JSON object per line: the caller writes the job, then one
-``{"op": "run", ...}`` per test (or ``{"op": "exit"}``), on this process's stdin; the harness answers
-``{"event": "ready", ...}`` and one raw result per test on its stdout. The harness never sees expected
-outputs: the caller compares (a program cannot read, in here, what it is graded against). Values that cross
-a process boundary (functional results, the calls of assert tests) use the tagged encoding of ``_wire.py``.
+Started by :mod:`hf_meds_cliff.code.sandbox` as ``python -I -S -B _harness.py`` (a fresh interpreter), or
+forked from the fork server (a pristine template started that way, see :func:`fork_server`). Standard library
+only; the library never imports it. The protocol is one JSON object per line: the caller writes the job,
+then one ``{"op": "run", ...}`` per test (or ``{"op": "exit"}``), on this process's stdin; the harness
+answers ``{"event": "ready", ...}`` and one raw result per test on its stdout. Expected outputs of stdin
+and functional tests never reach the harness: the caller compares. Values that cross a process boundary
+(functional arguments and results, the calls of assert tests) use the tagged encoding of ``_wire.py``; what
+runs inside the test processes (the program's runtime, the assert checker) is in ``_inside.py``.
 
-Isolation (``job["isolate"]``; see docs/code_sandbox.md for the threat model):
+The process tree, and every descriptor each process holds (under isolation; ``job["isolate"]``)::
 
-1. This process (B0, host namespaces) forks B1, which ``unshare``s new user, mount, network, PID, IPC and
-   UTS namespaces; B0 writes B1's uid/gid maps (as host root: namespace root = host root, and namespace
-   uid 1000 = a fresh unprivileged host uid chosen by the caller, so ``RLIMIT_NPROC`` bounds fork bombs
-   per sandbox; otherwise namespace root = the caller's uid).
-2. B1 forks B2, the init (PID 1) of the new PID namespace: it makes every mount read-only except the
-   program's folder, mounts a fresh ``/proc`` (only the sandbox's processes are visible), and serves the
-   tests. Signals a program sends to PID 1 are dropped by the kernel; B2 is not dumpable (no ptrace).
-3. Each test runs in a child of B2 that sets the resource limits, drops to the unprivileged uid (or
-   drops every capability), joins a new, empty session keyring, closes every descriptor but its own pipes
-   and runs the program. An assert test runs in two children: the program's process, which only answers
-   calls, and a non-dumpable grader's process that runs the test code with proxies for the program's
-   functions and alone holds the nonce that confirms the run (see ``run_assert_grader``). After each test
-   B2 kills every other process of the namespace, so nothing outlives a test.
+    caller ──job/answers (2 pipes)──> B0 (host namespaces)
+                                       │ fork; B0 writes B1's uid/gid maps
+                                       B1: unshare(user, mount, net, pid, ipc, uts)
+                                       │ fork
+      ┌─────────────────────────────── B2 = PID 1 of namespace A: THE CHECKER
+      │  holds: the caller's 2 pipes, the zygote socket, per test the program's
+      │  stdin/stdout/stderr ends and (assert tests) the grader's result and
+      │  stderr pipes. Reads the tests. Alone answers the caller.
+      │
+      ├─ fork, before any test is read ── H: unshare(pid) ── fork ──> Z
+      │     Z = PID 1 of namespace B: THE ZYGOTE (H exits; Z is re-parented to B2)
+      │     holds: 0, 1, 2 = /dev/null and its socket to B2, nothing else;
+      │     its memory: the job (program, setup code, limits), never a test
+      │
+      │     per test: B2 ──SCM_RIGHTS (3 pipe ends)──> Z ── fork ──> P: THE PROGRAM'S PROCESS
+      │               Z ──pidfd of P──> B2        holds exactly 0 = stdin, 1 = stdout, 2 = stderr;
+      │                                           limits, unprivileged uid, new session keyring,
+      │                                           then the program
+      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU to B2
+      │
+      └─ fork per assert test ── G: THE GRADER (dataset code)
+            holds: 0 = /dev/null, 1/2 = its own stderr pipe, 3 = P's stdin (calls),
+            4 = P's stdout (answers), 5 = result pipe to B2; same limits and uid as P,
+            not dumpable; runs the test code with a proxy per function of the program,
+            writes its outcome on 5.
 
-Every level dies with the one above it (``PR_SET_PDEATHSIG``), and B2 stops as soon as its stdin reaches
-end of file (the caller is gone); when PID 1 dies the kernel kills the whole namespace.
+P is forked from Z, and Z from B2 before B2 read any test: no test code, expected value or input of another
+test was ever in P's memory, and P holds no descriptor but its own three pipes. P cannot signal or ptrace G or
+B2 (they are in namespace A, P in B, whose init is Z: their pids do not exist in P's namespace; the /proc that
+P sees is A's and lists them, but they are not dumpable, so their memory and descriptors stay closed), and
+cannot signal Z (the kernel drops signals from inside a namespace to its init). Only B2 writes to the
+caller, and a verdict's every input comes from B2, G or Z (wait statuses, resource usage, G's outcome, the
+compiler in B2); P's bytes are only ever the program's output, compared in the caller, or the program's
+answers to calls.
 
-Without namespaces (``isolate`` false, or ``unshare`` refused) B0 serves the tests itself with the same
-limits, as a child subreaper that kills its orphaned descendants after each test.
+Without namespaces (``isolate`` false, or ``unshare`` refused: *limits-only mode*) B0 is the checker and
+forks Z directly; Z is a child subreaper (instead of a namespace's init) and kills what P left behind after
+each test; G and P run as a fresh uid when the caller is root. Every level dies with the one above it
+(``PR_SET_PDEATHSIG``); B2 stops as soon as its stdin reaches end of file (the caller is gone); when PID 1
+of a namespace dies the kernel kills the whole namespace.
 """
 
-import builtins
-import collections
 import contextlib
 import ctypes
 import errno
 import fcntl
 import gc
-import importlib
-import io
 import json
-import linecache
 import os
 import resource
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -85,22 +103,21 @@ KEYCTL_JOIN_SESSION_KEYRING = 1
 
 # Captured before any program runs: a program may rebind os.read/os.write/os._exit, not these references.
 _read, _write, _exit, _close, _dup2 = os.read, os.write, os._exit, os.close, os.dup2
-_CLEAN_BUILTINS = dict(builtins.__dict__)
 
 
-def _load_wire():
-    """``_wire.py`` (the tagged encoding of values), loaded by path: the harness runs as a script, without
-    the package on its path."""
+def _load_by_path(filename, name):
+    """A sibling file (``_wire.py``, ``_inside.py``), loaded by path: the harness runs as a script, without
+    the package on its path, and never imports by a name that a folder on ``sys.path`` could shadow."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_wire.py")
-    spec = importlib.util.spec_from_file_location("hf_meds_cliff_sandbox_wire", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_wire = _load_wire()
+_inside = _load_by_path("_inside.py", "hf_meds_cliff_sandbox_inside")
 
 
 def _check(result, what):
@@ -121,28 +138,34 @@ def _write_all(fd, data):
 
 
 class Control:
-    """Line-delimited JSON over the caller's pipes (moved off fds 0/1, which the tests get)."""
+    """Line-delimited JSON over the caller's pipes (moved off fds 0/1). Linear in what arrives: each chunk is
+    searched once for the end of line."""
 
     def __init__(self, in_fd, out_fd):
         self.in_fd, self.out_fd = in_fd, out_fd
-        self.buffer = b""
+        self.chunks = []
         self.closed = False
 
     def receive(self):
-        while b"\n" not in self.buffer:
+        while not self.chunks or b"\n" not in self.chunks[-1]:
             chunk = _read(self.in_fd, 1 << 20)
             if not chunk:
                 self.closed = True
                 return None
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\n", 1)
+            self.chunks.append(chunk)
+        data = b"".join(self.chunks)
+        line, rest = data.split(b"\n", 1)
+        self.chunks = [rest] if rest else []
         return json.loads(line)
+
+    def pending(self):
+        return any(self.chunks)
 
     def send(self, message):
         _write_all(self.out_fd, json.dumps(message).encode() + b"\n")
 
 
-# ---------------------------------------------------------------- in the test process (untrusted from here)
+# ---------------------------------------------------------------- setting up a test process (P or G)
 
 
 def _set_limits(limits):
@@ -206,344 +229,45 @@ def _join_new_session_keyring():
         raise OSError(code, f"joining a new session keyring: {os.strerror(code)}")
 
 
-def _frame(fd, tag, payload):
-    data = tag + payload
-    _write_all(fd, len(data).to_bytes(4, "big") + data)
-
-
-def _restore_standard_streams():
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-    sys.stderr = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-    )
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-
-
-def _flush_streams():
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):  # a closed or replaced stream: the output is what it is
-            stream.flush()
-
-
-def _find_function(namespace, fn_name, given):
-    """``Solution().fn_name`` or ``fn_name``, as bound by the program: a name the prelude bound (``given``:
-    ``gcd``, ``add``, ...) and the program left alone does not count, or an empty program would pass."""
-    solution = namespace.get("Solution")
-    if isinstance(solution, type) and solution is not given.get("Solution") and hasattr(solution, fn_name):
-        return getattr(solution(), fn_name)
-    function = namespace.get(fn_name)
-    if function is None or function is given.get(fn_name) or not callable(function):
-        raise NameError(
-            f"the program defines no function {fn_name!r} (nor a class Solution with that method)"
-        )
-    return function
-
-
-def _show_in_tracebacks(name, source):
-    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
-
-
-def _print_program_traceback(error):
-    """The traceback without the harness's own frames (they say nothing about the program)."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename != __file__]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)] if frames else []
-    lines += traceback.format_exception_only(type(error), error)
-    sys.stderr.write("".join(lines))
-
-
-_MemoryError = MemoryError  # captured: a program may rebind builtins.MemoryError
-
-
-def _reseed():
-    # `random` is preloaded in the fork server: give each test its own seed, as a new process has
-    if "random" in sys.modules:
-        sys.modules["random"].seed()
-
-
-def _run_and_exit(body, result_fd):
-    """Run ``body()`` and exit: with the status a ``SystemExit`` asks for, 0 when it returns, 1 when it raises
-    (the traceback goes to stderr, and an ``X`` frame says whether the error was a ``MemoryError``)."""
-    status = 0
-    try:
-        body()
-    except SystemExit as error:
-        code_value = error.code
-        status = 0 if code_value is None else (code_value if isinstance(code_value, int) else 1)
-        if not isinstance(code_value, (int, type(None))):
-            with contextlib.suppress(BaseException):
-                print(code_value, file=sys.stderr)
-    except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
-        status = 1
-        with contextlib.suppress(BaseException):
-            _frame(result_fd, b"X", b"MemoryError" if isinstance(error, _MemoryError) else b"other")
-        try:
-            _print_program_traceback(error)
-        except BaseException:  # noqa: BLE001 - e.g. MemoryError while formatting
-            with contextlib.suppress(BaseException):
-                _write_all(2, f"{type(error).__name__}\n".encode())
-    _flush_streams()
-    _exit(status & 0xFF)
-
-
-def _compile_program(job, result_fd):
-    try:
-        _show_in_tracebacks("<program>", job["program"])
-        return compile(job["program"], "<program>", "exec")
-    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
-        _frame(result_fd, b"C", f"{type(error).__name__}: {error}".encode(errors="replace"))
-        _exit(3)
-
-
-def run_test_process(job, case_input, result_fd, max_result_bytes):
-    """A stdin or functional test, in the forked test process (limits and privileges set). Never returns.
-    A functional result leaves as a tagged encoding (``_wire``): plain data, compared in the caller."""
-    _restore_standard_streams()
-    _reseed()
-    code = _compile_program(job, result_fd)
-
-    def body():
-        namespace = {"__name__": "__main__", "__builtins__": builtins}
-        if job.get("prelude"):
-            _show_in_tracebacks("<prelude>", job["prelude"])
-            exec(compile(job["prelude"], "<prelude>", "exec"), namespace)  # noqa: S102
-        given = dict(namespace)
-        exec(code, namespace)  # noqa: S102
-        if job["kind"] == "functional":
-            function = _find_function(namespace, job["fn_name"], given)
-            result = function(*case_input)
-            try:
-                text = _wire.encode(result, max_result_bytes)
-            except (TypeError, ValueError) as error:
-                raise TypeError(f"the result cannot be sent for comparison: {error}") from None
-            _flush_streams()
-            _frame(result_fd, b"R", text.encode())
-
-    _run_and_exit(body, result_fd)
-
-
-# ------------------------------------------------ assert tests: the program and the grader, two processes
-#
-# The program's process (P) runs the program (and the dataset's setup code), then only answers calls: a
-# function name and arguments in, a result out, both as plain data (``_wire``). The grader's process (G)
-# runs the dataset's test code, in which every function the program defined is a proxy that calls P. G alone
-# holds the nonce pipe and the confirmation descriptor; P never sees the test code or an expected value, and
-# nothing P does (patching modules, ``exec``, the harness's own globals, exiting, writing frames) reaches G.
-
-
-class ProgramError(Exception):
-    """An exception the program raised that is not a builtin exception (rebuilt in the grader by name)."""
-
-
-_MUTABLE_ARGUMENTS = (list, dict, set, bytearray, collections.deque)
-_NOT_REBUILT = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
-
-
-def _send_frame(fd, data):
-    _write_all(fd, len(data).to_bytes(4, "big") + data)
-
-
-def _read_exact(fd, size):
-    chunks, missing = [], size
-    while missing:
-        chunk = _read(fd, min(missing, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        missing -= len(chunk)
-    return b"".join(chunks)
-
-
-def _receive_frame(fd, max_bytes):
-    header = _read_exact(fd, 4)
-    if header is None:
-        return None
-    size = int.from_bytes(header, "big")
-    if size > max_bytes + 1024:
-        raise _wire.WireError(f"a message of {size} bytes, over the limit of {max_bytes}")
-    return _read_exact(fd, size)
-
-
-def _manifest(namespace):
-    """What the grader binds before the test code runs: a proxy per callable, its own copy of each standard
-    module the program imported, and the program's other plain values (constants a prompt defines)."""
-    functions, modules, values = [], {}, {}
-    stdlib = getattr(sys, "stdlib_module_names", ())
-    for name, value in list(namespace.items()):
-        if name.startswith("__"):
-            continue
-        if type(value) is type(sys):
-            module_name = getattr(value, "__name__", None)
-            if isinstance(module_name, str) and module_name.split(".")[0] in stdlib:
-                modules[name] = module_name
-        elif callable(value):
-            functions.append(name)
-        else:
-            with contextlib.suppress(Exception, _wire._TooDeep):
-                values[name] = _wire._to_tree(value, 0)
-    return json.dumps({"functions": functions, "modules": modules, "values": values}).encode()
-
-
-def _error_reply(error, max_bytes):
-    with contextlib.suppress(BaseException):
-        _print_program_traceback(error)
-    kind = type(error)
-    name = kind.__name__ if kind.__module__ == "builtins" and kind.__name__ not in _NOT_REBUILT else None
-    try:
-        return _wire.encode(["error", name, list(error.args)], max_bytes)
-    except BaseException:  # noqa: BLE001 - arguments that are no plain data
-        return _wire.encode(["error", name, [f"{kind.__name__}: {str(error)[:1000]}"]])
-
-
-def _serve_calls(namespace, calls_in, calls_out, max_bytes):
-    """P: send the manifest, then answer calls until the grader closes its end."""
-    functions = {
-        name: value for name, value in namespace.items() if not name.startswith("__") and callable(value)
-    }
-    _send_frame(calls_out, _manifest(namespace))
-    while True:
-        request = _receive_frame(calls_in, max_bytes)
-        if request is None:
-            return
-        name, arguments, keywords = _wire.decode(request.decode())
-        try:
-            result = functions[name](*arguments, **keywords)
-            after = [value if type(value) in _MUTABLE_ARGUMENTS else None for value in arguments]
-            reply = _wire.encode(["ok", result, after], max_bytes)
-        except BaseException as error:  # noqa: BLE001 - the program's failure goes back to the grader
-            reply = _error_reply(error, max_bytes)
-        _send_frame(calls_out, reply.encode())
-
-
-def run_assert_program(job, result_fd, calls_in, calls_out, max_bytes):
-    """P, in its forked test process. Never returns."""
-    _restore_standard_streams()
-    _reseed()
-    code = _compile_program(job, result_fd)
-
-    def body():
-        namespace = {"__name__": "__main__", "__builtins__": builtins}
-        exec(code, namespace)  # noqa: S102
-        if job.get("setup_code"):  # the program's functions may use what the setup code defines
-            _show_in_tracebacks("<setup>", job["setup_code"])
-            exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
-        _serve_calls(namespace, calls_in, calls_out, max_bytes)
-
-    _run_and_exit(body, result_fd)
-
-
-def _apply_mutations(arguments, after):
-    """Carry in-place changes the program made to list/dict/set arguments back to the grader's objects."""
-    if type(after) is not list or len(after) != len(arguments):
-        return
-    for argument, changed in zip(arguments, after):
-        if changed is None or type(changed) is not type(argument) or type(argument) not in _MUTABLE_ARGUMENTS:
-            continue
-        if type(argument) in (list, bytearray):
-            argument[:] = changed
-        elif type(argument) is collections.deque:
-            argument.clear()
-            argument.extend(changed)
-        else:
-            argument.clear()
-            argument.update(changed)
-
-
-def _rebuild_error(name, arguments):
-    kind = getattr(builtins, name, None) if isinstance(name, str) else None
-    if not (isinstance(kind, type) and issubclass(kind, BaseException)) or name in _NOT_REBUILT:
-        kind = ProgramError
-    try:
-        return kind(*arguments)
-    except Exception:  # noqa: BLE001 - a constructor with other arguments (UnicodeDecodeError)
-        return ProgramError(*arguments)
-
-
-class _Calls:
-    """G's side of the channel to P."""
-
-    def __init__(self, out_fd, in_fd, max_bytes):
-        self.out_fd, self.in_fd, self.max_bytes = out_fd, in_fd, max_bytes
-
-    def call(self, name, arguments, keywords):
-        _send_frame(self.out_fd, _wire.encode([name, list(arguments), keywords], self.max_bytes).encode())
-        reply = _receive_frame(self.in_fd, self.max_bytes)
-        if reply is None:
-            raise ProgramError(f"the program's process ended during a call to {name}")
-        answer = _wire.decode(reply.decode())
-        if type(answer) is not list or len(answer) != 3:
-            raise ProgramError("malformed answer from the program's process")
-        status, value, extra = answer
-        if status == "ok":
-            _apply_mutations(arguments, extra)
-            return value
-        raise _rebuild_error(value, extra if type(extra) is list else [])
-
-    def proxy(self, name):
-        def call(*arguments, **keywords):
-            return self.call(name, arguments, keywords)
-
-        call.__name__ = call.__qualname__ = name
-        return call
-
-
-def run_assert_grader(job, case_input, result_fd, nonce_fd, calls_out, calls_in, max_bytes):
-    """G, in its forked test process: the dataset's setup and test code, the program reached only through
-    proxies. Confirms with the nonce after the last statement. Never returns."""
-    _restore_standard_streams()
-    _reseed()
-
-    def body():
-        manifest = _receive_frame(calls_in, max_bytes)
-        if manifest is None:
-            raise ProgramError(
-                "the program ended before its functions could be called (it did not compile, exited or crashed)"
-            )
-        manifest = json.loads(manifest)
-        namespace = {"__name__": "__main__", "__builtins__": builtins}
-
-        def bindable(name):
-            # A program's `abs` or `set` would change what the asserts compute with: names of builtins stay
-            # the builtins (but HumanEval's entry point, the candidate itself).
-            return isinstance(name, str) and (name not in _CLEAN_BUILTINS or name == job.get("entry_point"))
-
-        for alias, module_name in manifest["modules"].items():
-            if bindable(alias):
-                with contextlib.suppress(Exception):
-                    namespace[alias] = importlib.import_module(module_name)
-        for name, tree in manifest["values"].items():
-            if bindable(name):
-                with contextlib.suppress(Exception):
-                    namespace[name] = _wire._from_tree(tree, 0)
-        calls = _Calls(calls_out, calls_in, max_bytes)
-        for name in manifest["functions"]:
-            if bindable(name):
-                namespace[name] = calls.proxy(name)
-        if job.get("setup_code"):
-            _show_in_tracebacks("<setup>", job["setup_code"])
-            exec(compile(job["setup_code"], "<setup>", "exec"), namespace)  # noqa: S102
-        _show_in_tracebacks("<test>", case_input)
-        exec(compile(case_input, "<test>", "exec"), namespace)  # noqa: S102
-        _flush_streams()
-        # Every statement ran to the end: only now read the nonce the harness wrote after the fork and
-        # hand it back. An exit status alone never counts.
-        _frame(result_fd, b"N", _read(nonce_fd, 64))
-
-    _run_and_exit(body, result_fd)
-
-
-# ---------------------------------------------------------------- the server side (B2, or B0 without isolation)
-
-
-def _kill_others(in_pid_namespace, reaped, patience=2.0):
-    """Kill every process the test left behind and reap them; ``reaped`` maps pid -> wait status.
-
-    As init of a PID namespace, ``kill(-1)`` reaches every other process in it. Without one, this
-    process is a child subreaper: every orphan of the test is re-parented here, so killing its children
-    round after round (a killed parent's children become ours) ends with none. Reaping never blocks on a
-    process not yet killed; after ``patience`` seconds the rest is left to the namespace's end (or, without
-    one, to the next round)."""
-    as_init = in_pid_namespace and os.getpid() == 1
+def _confine(job, folder):
+    """Limits, the unprivileged uid (or no capabilities), a new session keyring, ``folder`` as cwd."""
+    os.chdir(folder)
+    limits = job["limits"]
+    _set_limits(limits)
+    _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes"))
+    _join_new_session_keyring()
+
+
+def _keep_only(fds):
+    """Close every descriptor but ``fds`` (all of them >= 3 or at their final number already)."""
+    previous = -1
+    for fd in sorted(set(fds)):
+        if fd > previous + 1:  # never an empty range: os.closerange(n, n) would close everything from n on
+            os.closerange(previous + 1, fd)
+        previous = fd
+    os.closerange(previous + 1, 1 << 16)
+
+
+def _place(sources):
+    """Put ``sources[i]`` at descriptor ``i`` and close every other descriptor."""
+    moved = [_dup_high(fd) for fd in sources]
+    for target, fd in enumerate(moved):
+        _dup2(fd, target)
+    _keep_only(range(len(sources)))
+
+
+def _dup_high(fd):
+    """A copy of ``fd`` at 64 or above: out of the way of the low numbers it is then placed at."""
+    return fcntl.fcntl(fd, fcntl.F_DUPFD, 64)
+
+
+def _kill_descendants(as_init, patience=2.0):
+    """Kill every process under this one and reap them.
+
+    As init of a PID namespace, ``kill(-1)`` reaches every other process in it. Without one, this process is
+    a child subreaper: every orphan is re-parented here, so killing its children round after round (a killed
+    parent's children become ours) ends with none. After ``patience`` seconds the rest is left to the
+    namespace's end (or, without one, to the next round)."""
     deadline = time.monotonic() + patience
     while True:
         if as_init:
@@ -555,15 +279,163 @@ def _kill_others(in_pid_namespace, reaped, patience=2.0):
                     os.kill(pid, signal.SIGKILL)
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, _status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return  # no child left
             if pid == 0:
                 break  # children remain, none has ended yet
-            reaped[pid] = status
         if time.monotonic() > deadline:
             return
         time.sleep(0.001)
+
+
+# ---------------------------------------------------------------- the zygote (Z) and the program's process (P)
+
+
+def _zygote(sock_fd, job, code, prelude):
+    """Z: fork one program's process per request and report how it ended. Holds 0, 1, 2 (``/dev/null``) and
+    ``sock_fd``; its memory is the checker's before any test was read. Never returns."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a namespace's init, no handler: signals are dropped
+    as_init = os.getpid() == 1
+    if not as_init:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)  # P's orphans come here, and are killed after each test
+    sock = socket.socket(fileno=sock_fd)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 16, 3)
+        except OSError:
+            _exit(0)
+        if not message or len(fds) != 3:
+            _exit(0)  # the checker is gone
+        status_r, status_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _program_process(job, code, prelude, fds, status_w)
+        for fd in (*fds, status_w):
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        socket.send_fds(sock, [b"P"], [pidfd])
+        os.close(pidfd)
+        setup = b""
+        while chunk := _read(status_r, 1 << 16):  # ends when P closes it, before the program runs
+            setup += chunk
+        os.close(status_r)
+        _, status, usage = os.wait4(pid, 0)
+        _kill_descendants(as_init)
+        report = {
+            "status": status,
+            "cpu_s": usage.ru_utime + usage.ru_stime,
+            "max_rss_kb": usage.ru_maxrss,
+            "setup_error": setup.decode("utf-8", errors="replace") or None,
+        }
+        sock.send(json.dumps(report).encode())
+
+
+def _program_process(job, code, prelude, fds, status_w):
+    """P: its three pipes at 0, 1, 2 and every other descriptor closed; a failed setup is reported on
+    ``status_w``, which is closed before the program runs. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        for target, fd in enumerate(fds):
+            _dup2(fd, target)  # every received descriptor is >= 3: 0, 1, 2 were /dev/null in Z
+        _keep_only((0, 1, 2, status_w))
+        _confine(job, job["workdir"])
+    except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
+        with contextlib.suppress(BaseException):
+            _write_all(status_w, traceback.format_exc().encode(errors="replace"))
+        _exit(125)
+    _close(status_w)
+    _inside.run_program(job, code, prelude)
+    _exit(125)
+
+
+class Zygote:
+    """The checker's handle on Z: started before any test is read (see the module docstring)."""
+
+    def __init__(self, job, code, prelude, new_pid_namespace):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.fd, their_fd = ours.detach(), theirs.detach()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                for target in (0, 1, 2):
+                    _dup2(null, target)
+                _keep_only((0, 1, 2, their_fd))
+                if new_pid_namespace:
+                    # H: Z becomes PID 1 of a new PID namespace (or, where refused, a plain subreaper); H
+                    # exits at once and Z is re-parented to the checker, the init of the namespace above.
+                    created = _libc.unshare(CLONE_NEWPID) == 0
+                    if os.fork() != 0:
+                        _exit(0 if created else 2)
+                else:
+                    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                _zygote(their_fd, job, code, prelude)
+            finally:
+                _exit(1)
+        _close(their_fd)
+        self.sock = socket.socket(fileno=self.fd)
+        self.kind = "subreaper"
+        self.pid = pid
+        if new_pid_namespace:
+            _, status = os.waitpid(pid, 0)  # H
+            self.kind = (
+                "pid_namespace" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "subreaper"
+            )
+            # Z was re-parented here when H exited, and is this process's only child (no test has run yet)
+            children = _children()
+            self.pid = children[0] if len(children) == 1 else None
+
+    pending_report = False  # the previous test's report, not read yet (see run_one_test)
+
+    def settle(self, folder):
+        """Before a test: the previous test's report read (its processes are all gone) and ``folder``
+        emptied, if that was left to now. False if the zygote is gone."""
+        if not self.pending_report:
+            return True
+        self.pending_report = False
+        settled = self.wait_report(5.0) is not None
+        _clear_folder(folder)
+        return settled
+
+    def wait_report(self, timeout):
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        return self.receive_report() if ready else None
+
+    def request(self, fds):
+        socket.send_fds(self.sock, [b"run"], fds)
+
+    def receive_pidfd(self, deadline):
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if ready:
+                break
+        try:
+            message, fds, _, _ = socket.recv_fds(self.sock, 16, 1)
+        except OSError:
+            return None
+        if message != b"P" or len(fds) != 1:
+            for fd in fds:
+                _close(fd)
+            return None
+        return fds[0]
+
+    def receive_report(self):
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError:
+            return None
+        if not data:
+            return None
+        return json.loads(data)
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
 
 def _children():
@@ -604,168 +476,242 @@ def _nonblocking(fd):
     return fd
 
 
-def _spread_numbers(count):
-    """``count`` increasing descriptor numbers above 2 (all below 1024) that a program cannot guess."""
-    numbers, low = [], 2
-    for _ in range(count):
-        low += 1 + int.from_bytes(os.urandom(2), "big") % 200
-        numbers.append(low)
-    return numbers
+# ---------------------------------------------------------------- the checker (B2, or B0 without isolation)
 
 
-def _fork_test_process(job, stdio, extra, run, grader=False):
-    """Fork a test process with ``stdio`` at 0, 1, 2 and the ``extra`` descriptors at random numbers (the
-    first is its result pipe, which also reports a failed setup), every other descriptor closed, limits set,
-    privileges dropped and a new, empty session keyring joined; then ``run(*numbers)``, which never returns.
-    A ``grader`` is made non-dumpable: a program's process of the same uid can neither ptrace it nor open
-    its ``/proc`` files (its memory, its descriptors)."""
+def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w):
+    """G: 0 = /dev/null, 1 and 2 = its own stderr pipe, 3 = P's stdin, 4 = P's stdout, 5 = the result pipe;
+    confined like P, then not dumpable. Returns its pid."""
     pid = os.fork()
     if pid != 0:
         return pid
-    numbers = _spread_numbers(len(extra))
-    report_fd = extra[0]
     try:
         os.setpgid(0, 0)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        # Move the pipes above every number in use first, so that no dup2 below closes one of them.
-        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1024) for fd in (*stdio, *extra)]
-        report_fd = moved[3]
-        for source, target in zip(moved, (0, 1, 2, *numbers)):
-            _dup2(source, target)
-        previous = 2
-        for number in numbers:
-            os.closerange(previous + 1, number)
-            previous = number
-        os.closerange(previous + 1, 65536)
-        report_fd = numbers[0]
-        os.chdir(job["workdir"])
-        limits = job["limits"]
-        _set_limits(limits)
-        _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes"))
-        _join_new_session_keyring()
-        if grader:
-            _prctl(PR_SET_DUMPABLE, 0)  # after the uid change, which resets it
-        run(*numbers)
-    except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
-        try:
-            _frame(report_fd, b"S", traceback.format_exc().encode(errors="replace"))
-        finally:
-            _exit(125)
+        null = os.open(os.devnull, os.O_RDWR)
+        _place([null, stderr_w, stderr_w, calls_out, calls_in, result_w])
+        _confine(job, "/")
+        _prctl(PR_SET_DUMPABLE, 0)  # after the uid change, which resets it
+    except BaseException:  # noqa: BLE001 - the harness's own setup failed
+        with contextlib.suppress(BaseException):
+            _write_all(5, json.dumps({"setup_error": traceback.format_exc()}).encode(errors="replace"))
+        _exit(125)
+    _inside.run_grader(job, case_input, 3, 4, 5, own_files=(__file__,))
     _exit(125)
 
 
-def _reap(pid, kill):
-    """(wait status, resource usage) of a test process, killed first if ``kill``; (None, None) if gone."""
-    if kill:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def _blank_answer():
+    return {
+        "exit_code": None,
+        "signal": None,
+        "timed_out": False,
+        "output_exceeded": False,
+        "caller_gone": False,
+        "stdout": "",
+        "stdout_truncated": False,
+        "stderr": "",
+        "wall_s": 0.0,
+        "cpu_s": None,
+        "max_rss_kb": None,
+        "compile_error": None,
+        "setup_error": None,
+        "result": None,
+        "result_truncated": False,
+        "memory_error": False,
+        "memory_exceeded": False,
+        "confirmed": False,
+        "assertion_failed": False,
+        "program_exit_code": None,
+        "program_signal": None,
+        "program_cpu_s": None,
+    }
+
+
+def _status_fields(status):
+    return (
+        os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+    )
+
+
+def _drain(fd, buffer, limit):
+    """What is left in a pipe whose writers are gone (or not: never blocks), up to ``limit`` bytes."""
+    with contextlib.suppress(OSError):
+        while len(buffer) <= limit:
+            chunk = _read(fd, 1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+
+
+def _clear_folder(folder):
+    """Empty the program's folder after a test: the next test starts with a fresh one."""
     try:
-        _, status, usage = os.wait4(pid, 0)
-    except ChildProcessError:
-        return None, None
-    return status, usage
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                _remove_tree(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            _remove_tree(path)
 
 
-def _ended_by_itself(pid):
-    """(wait status, usage) of a test process that has ended (reaped), or (None, None) while it runs."""
-    with contextlib.suppress(ChildProcessError):
-        ended, status, usage = os.wait4(pid, os.WNOHANG)
-        if ended:
-            return status, usage
-    return None, None
+def _remove_tree(path):
+    def make_writable_and_retry(function, failed_path, _exc_info):
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(failed_path), 0o700)
+            os.chmod(failed_path, 0o700)
+            function(failed_path)
+
+    shutil.rmtree(path, onerror=make_writable_and_retry)
 
 
-def run_one_test(job, control, message, in_pid_namespace):
-    limits = job["limits"]
-    kind = job["kind"]
+WATCH_INTERVAL_S = 0.05  # how often the checker sums the memory of a program's processes
+
+
+def _descendants(root):
+    """Every process under ``root`` (all of a program's processes, when ``root`` is its zygote), from the
+    kernel's lists of children; empty where /proc shows none."""
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as listing:
+                    children = [int(child) for child in listing.read().split()]
+            except (OSError, ValueError):
+                continue
+            found.extend(children)
+            stack.extend(children)
+    return found
+
+
+def _memory_kb(pid):
+    """The proportional set size of a process (its private pages, and its share of the ones it shares), or,
+    where ``smaps_rollup`` may not be read, its resident pages that are not file-backed."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            fields = statm.read().split()
+        return (int(fields[1]) - int(fields[2])) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _over_memory(zygote, limit_kb):
+    """Whether a program's processes together hold more than ``limit_kb``. One process alone is bounded by
+    ``RLIMIT_AS`` already: the sum is taken only when there are several."""
+    if zygote.pid is None:
+        return False
+    processes = _descendants(zygote.pid)
+    if len(processes) < 2:
+        return False
+    return sum(_memory_kb(pid) for pid in processes) > limit_kb
+
+
+def run_one_test(job, control, message, zygote):
+    """One test: the program's process from the zygote (and, for assert tests, the grader forked here), the
+    wall clock, the output limit, and the answer for the caller."""
+    answer = _blank_answer()
+    if job.get("compile_error"):
+        answer["compile_error"] = job["compile_error"]  # compiled by the checker: nothing runs
+        return answer
+    limits, kind = job["limits"], job["kind"]
     timeout = float(limits["timeout_s"])
     max_output = int(limits["max_output_bytes"])
-    compare_bytes = int(message.get("compare_bytes") or max_output)  # what the caller reads of an output
+    compare_bytes = int(message.get("compare_bytes") or max_output)  # used once the program is dead
     case_input = message["input"]
-    stdin_bytes = case_input.encode() if kind == "stdin" else b""
+    if not zygote.settle(job["workdir"]):
+        answer["setup_error"] = "the zygote did not answer (it died, or the harness failed)"
+        return answer
+    started = time.monotonic()
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
-    result_r, result_w = os.pipe()
-    stdio = (stdin_r, stdout_w, stderr_w)
-    child_ends = [stdin_r, stdout_w, stderr_w, result_w]
-    program_pid = program_result_r = nonce_w = None
-    started = time.monotonic()
+    try:
+        zygote.request([stdin_r, stdout_w, stderr_w])
+    except OSError as error:
+        for fd in (stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w):
+            _close(fd)
+        answer["setup_error"] = f"the zygote is gone ({error})"
+        return answer
+    grader_pid = grader_pidfd = result_r = grader_err_r = None
     if kind == "assert":
-        program_result_r, program_result_w = os.pipe()
-        calls_r, calls_w = os.pipe()  # grader -> program
-        replies_r, replies_w = os.pipe()  # program -> grader
-        nonce_r, nonce_w = os.pipe()
-        child_ends += [program_result_w, calls_r, calls_w, replies_r, replies_w, nonce_r]
-        program_pid = _fork_test_process(
-            job,
-            stdio,
-            (program_result_w, calls_r, replies_w),
-            lambda result_fd, calls_in, calls_out: run_assert_program(
-                job, result_fd, calls_in, calls_out, max_output
-            ),
-        )
-        pid = _fork_test_process(
-            job,
-            stdio,
-            (result_w, nonce_r, calls_w, replies_r),
-            lambda result_fd, nonce_fd, calls_out, calls_in: run_assert_grader(
-                job, case_input, result_fd, nonce_fd, calls_out, calls_in, max_output
-            ),
-            grader=True,
-        )
+        result_r, result_w = os.pipe()
+        grader_err_r, grader_err_w = os.pipe()  # the grader's own traceback, apart from the program's stderr
+        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, grader_err_w, result_w)
+        for fd in (stdin_w, stdout_r, result_w, grader_err_w):
+            _close(fd)
+        stdin_w = stdout_r = None
+        grader_pidfd = os.pidfd_open(grader_pid)
+    for fd in (stdin_r, stdout_w, stderr_w):
+        _close(fd)
+    program_pidfd = zygote.receive_pidfd(started + timeout + 2.0)
+    if kind == "stdin":
+        payload = case_input.encode()
+    elif kind == "functional":
+        data = json.dumps(case_input).encode()
+        payload = len(data).to_bytes(4, "big") + data
     else:
-        pid = _fork_test_process(
-            job,
-            stdio,
-            (result_w,),
-            lambda result_fd: run_test_process(job, case_input, result_fd, max_output),
-        )
-    for fd in child_ends:
-        os.close(fd)
-    nonce = None
-    if nonce_w is not None:
-        # Drawn after the forks, so that no test process's memory (a copy of this one) ever held it.
-        nonce = os.urandom(16).hex().encode()
-        with contextlib.suppress(BrokenPipeError):  # the grader may be gone already (then unconfirmed)
-            _write_all(nonce_w, nonce)
-        os.close(nonce_w)
-    pidfd = os.pidfd_open(pid)
-    buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray()}
-    if program_result_r is not None:
-        buffers[program_result_r] = bytearray()
+        payload = b""
+    buffers = {stdout_r: bytearray(), stderr_r: bytearray(), result_r: bytearray(), grader_err_r: bytearray()}
+    buffers.pop(None, None)
     readers = {_nonblocking(fd) for fd in buffers}
-    writer = _nonblocking(stdin_w) if stdin_bytes else None
-    if writer is None:
-        os.close(stdin_w)
+    writer = stdin_w
+    if writer is not None and not payload:
+        _close(writer)
+        writer = None
+    elif writer is not None:
+        _nonblocking(writer)
     written = 0
-    timed_out = output_exceeded = caller_gone = False
-    exited = False
-    program_status = program_usage = None
-    exit_deadline = None
-    while True:
+    report = None
+    zygote_gone = program_pidfd is None
+    grader_done = False
+    memory_limit_kb = int(limits["memory_mb"]) * 1024
+    next_watch = started + WATCH_INTERVAL_S
+    while not zygote_gone:
         now = time.monotonic()
+        if now >= next_watch:
+            next_watch = now + WATCH_INTERVAL_S
+            if report is None and _over_memory(zygote, memory_limit_kb):
+                answer["memory_exceeded"] = True  # the program's processes together: killed below
+                break
         remaining = started + timeout - now
+        if grader_done if kind == "assert" else report is not None:
+            break
         if remaining <= 0:
-            timed_out = not exited
+            answer["timed_out"] = True
             break
-        if exited and (not readers or now >= exit_deadline):
-            break
-        watch = list(readers) + [control.in_fd] + ([] if exited else [pidfd])
-        ready_read, ready_write, _ = select.select(
-            watch, [writer] if writer is not None else [], [], min(remaining, 0.2 if exited else remaining)
-        )
+        watch = [*readers, control.in_fd]
+        if report is None:
+            watch.append(zygote.fd)
+        if grader_pidfd is not None and not grader_done:
+            watch.append(grader_pidfd)
+        wait = min(remaining, max(0.0, next_watch - now))
+        ready_read, ready_write, _ = select.select(watch, [writer] if writer is not None else [], [], wait)
         if control.in_fd in ready_read:
-            caller_gone = True  # the caller writes nothing while a test runs: readable means it is gone
+            answer["caller_gone"] = True  # the caller writes nothing while a test runs: readable means gone
             break
-        if pidfd in ready_read and not exited:
-            exited = True
-            exit_deadline = time.monotonic() + 0.2  # drain what is already written, not a daemon's output
-            if program_pid is not None:  # the grader is done: the program's process has nothing left to do
-                program_status, program_usage = _ended_by_itself(program_pid)
-                if program_status is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(program_pid, signal.SIGKILL)
+        if zygote.fd in ready_read:
+            report = zygote.receive_report()
+            zygote_gone = report is None
+        if grader_pidfd in ready_read:
+            grader_done = True
         for fd in ready_read:
             if fd not in readers:
                 continue
@@ -778,122 +724,157 @@ def run_one_test(job, control, message, in_pid_namespace):
                 continue
             buffer = buffers[fd]
             buffer += chunk
-            if fd == stderr_r:
+            if fd in (stderr_r, grader_err_r):
                 if len(buffer) > STDERR_KEEP_BYTES * 4:
                     del buffer[: -STDERR_KEEP_BYTES * 2]  # keep the end: the traceback comes last
-            elif len(buffer) > max_output:
-                output_exceeded = True
-        if output_exceeded:
+            elif fd == stdout_r and len(buffer) > max_output:
+                answer["output_exceeded"] = True  # raw bytes, before any decoding or stripping
+            elif fd == result_r and len(buffer) > 1 << 16:
+                del buffer[1 << 16 :]
+        if answer["output_exceeded"]:
             break
         if writer is not None and writer in ready_write:
             try:
-                written += _write(writer, stdin_bytes[written : written + (1 << 16)])
+                written += _write(writer, payload[written : written + (1 << 16)])
             except BrokenPipeError:
-                written = len(stdin_bytes)
+                written = len(payload)
             except BlockingIOError:
                 pass
-            if written >= len(stdin_bytes):
-                os.close(writer)
+            if written >= len(payload):
+                _close(writer)
                 writer = None
-    wall = time.monotonic() - started
-    # The program's process of an assert test: did it end by itself before the grader did?
-    if program_pid is not None and not exited:
-        program_status, program_usage = _ended_by_itself(program_pid)
-    if not in_pid_namespace:
-        # Their process groups, while the unreaped test processes still hold the groups' ids (no reuse).
-        for group in (pid, None if program_status is not None else program_pid):  # reaped: no longer its id
-            if group is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(group, signal.SIGKILL)
-    status, usage = _reap(pid, kill=not exited)
-    reaped = {pid: status}
-    if program_pid is not None and program_status is None:
-        _, program_usage = _reap(program_pid, kill=True)  # killed here: its own status says nothing
-    _kill_others(in_pid_namespace, reaped)
-    for fd in list(buffers) + [pidfd] + ([writer] if writer is not None else []):
-        try:
-            os.close(fd)
-        except OSError:
+    answer["wall_s"] = time.monotonic() - started
+    # The program's process: killed now if it still runs (its own status then says nothing), then Z's report.
+    killed = deferred = False
+    if report is None and program_pidfd is not None and not zygote_gone:
+        killed = True
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pidfd_send_signal(program_pidfd, signal.SIGKILL)
+        if kind == "assert" and grader_done:
+            # The grader decided; the program's process was only answering calls, and its status says nothing.
+            # The zygote's report (and the folder's emptying) wait for the next test: see Zygote.settle.
+            deferred = zygote.pending_report = True
+        else:
+            report = zygote.wait_report(5.0)
+            zygote_gone = report is None
+    grader_status = grader_usage = None
+    if grader_pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(
+                grader_pid, signal.SIGKILL
+            )  # the grader's group, while its unreaped leader holds the id
+        _, grader_status, grader_usage = os.wait4(grader_pid, 0)
+    with contextlib.suppress(ChildProcessError):  # anything else that ended here (H, a grader's orphans)
+        while os.waitpid(-1, os.WNOHANG)[0] != 0:
             pass
-    status = status or 0
-    stdout = bytes(buffers[stdout_r][:max_output]).decode("utf-8", errors="replace")
-    stdout_truncated = False
-    if kind != "stdin":
-        stdout = stdout[:STDERR_KEEP_BYTES]  # shown, never compared
-    elif len(stdout) > compare_bytes and len(stdout.strip()) > compare_bytes:
-        stdout, stdout_truncated = stdout[:compare_bytes], True
-    cpu = (usage.ru_utime + usage.ru_stime) if usage else None
-    answer = {
-        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-        "timed_out": timed_out,
-        "output_exceeded": output_exceeded,
-        "caller_gone": caller_gone,
-        "stdout": stdout,
-        "stdout_truncated": stdout_truncated,
-        "stderr": bytes(buffers[stderr_r][-STDERR_KEEP_BYTES:]).decode("utf-8", errors="replace"),
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "max_rss_kb": usage.ru_maxrss if usage else None,
-        "compile_error": None,
-        "setup_error": None,
-        "result": None,
-        "result_truncated": False,
-        "memory_error": False,
-        "confirmed": False,
-        "program_exit_code": None,
-        "program_signal": None,
-        "program_cpu_s": (program_usage.ru_utime + program_usage.ru_stime) if program_usage else None,
-    }
-    if program_status is not None:
-        answer["program_exit_code"] = os.WEXITSTATUS(program_status) if os.WIFEXITED(program_status) else None
-        answer["program_signal"] = os.WTERMSIG(program_status) if os.WIFSIGNALED(program_status) else None
-    sources = [(result_r, True)] + ([(program_result_r, False)] if program_result_r is not None else [])
-    for fd, main in sources:
-        for tag, payload in _split_frames(bytes(buffers[fd])):
-            if tag == b"S":
-                answer["setup_error"] = payload.decode("utf-8", errors="replace")
-            elif tag == b"C":
-                answer["compile_error"] = payload.decode("utf-8", errors="replace")
-            elif tag == b"X":
-                answer["memory_error"] = answer["memory_error"] or payload == b"MemoryError"
-            elif tag == b"R" and main and kind == "functional":
-                if len(payload) > compare_bytes:
-                    answer["result_truncated"] = True
-                else:
-                    answer["result"] = payload.decode("utf-8", errors="replace")
-            elif tag == b"N" and main and nonce is not None:
-                answer["confirmed"] = answer["confirmed"] or payload == nonce
+    for fd in list(readers):
+        _drain(fd, buffers[fd], max_output if fd == stdout_r else 1 << 16)
+    for fd in [*buffers, program_pidfd, grader_pidfd, writer]:
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                _close(fd)
+    if not deferred:
+        _clear_folder(job["workdir"])
+    if zygote_gone:
+        answer["setup_error"] = "the zygote did not answer (it died, or the harness failed)"
+        return answer
+    report = report or {"status": None, "cpu_s": None, "max_rss_kb": None, "setup_error": None}
+    if report.get("setup_error"):
+        answer["setup_error"] = report["setup_error"]
+    program_status = None if killed else report["status"]
+    answer["stderr"] = bytes(buffers[stderr_r][-STDERR_KEEP_BYTES:]).decode("utf-8", errors="replace")
+    if kind == "assert":
+        answer["exit_code"], answer["signal"] = _status_fields(grader_status)
+        answer["cpu_s"] = grader_usage.ru_utime + grader_usage.ru_stime
+        answer["max_rss_kb"] = grader_usage.ru_maxrss
+        answer["program_cpu_s"] = report["cpu_s"]
+        if program_status is not None:
+            answer["program_exit_code"], answer["program_signal"] = _status_fields(program_status)
+        try:
+            outcome = json.loads(bytes(buffers[result_r]))
+        except ValueError:
+            outcome = {}
+        if not isinstance(outcome, dict):
+            outcome = {}
+        if outcome.get("setup_error"):
+            answer["setup_error"] = str(outcome["setup_error"])
+        grader_text = bytes(buffers[grader_err_r][-STDERR_KEEP_BYTES:]).decode("utf-8", errors="replace")
+        if outcome.get("outcome") == "error":  # the program's own traceback says why, then the grader's
+            answer["stderr"] = (answer["stderr"][-STDERR_KEEP_BYTES // 2 :] + "\n" + grader_text).strip()
+        else:  # a failed assert (or none): the grader's traceback alone, which the program cannot write to
+            answer["stderr"] = grader_text
+        answer["confirmed"] = outcome.get("outcome") == "passed"
+        answer["assertion_failed"] = outcome.get("outcome") == "assertion"
+        answer["memory_error"] = answer["memory_exceeded"] or bool(outcome.get("memory_error"))
+        answer["output_exceeded"] = answer["output_exceeded"] or bool(outcome.get("output_exceeded"))
+        return answer
+    answer["exit_code"], answer["signal"] = _status_fields(report["status"])
+    answer["memory_error"] = answer["memory_exceeded"] or answer["exit_code"] == _inside.MEMORY_ERROR_EXIT
+    answer["cpu_s"] = report["cpu_s"]
+    answer["max_rss_kb"] = report["max_rss_kb"]
+    stdout = bytes(buffers[stdout_r][:max_output])
+    if kind == "stdin":
+        if len(stdout) > compare_bytes:  # far longer than the expected output: sent truncated, not compared
+            answer["stdout_truncated"] = True
+            stdout = stdout[:STDERR_KEEP_BYTES]
+        answer["stdout"] = stdout.decode("utf-8", errors="replace")
+    else:
+        result = _inside.last_frame(stdout, b"R", max_output)
+        if result is not None and len(result) > compare_bytes:
+            answer["result_truncated"] = True
+        elif result is not None:
+            answer["result"] = result.decode("utf-8", errors="replace")
     return answer
 
 
-def _split_frames(data):
-    frames = []
-    while len(data) >= 5:
-        size = int.from_bytes(data[:4], "big")
-        if size < 1 or len(data) < 4 + size:
-            break
-        frames.append((data[4:5], data[5 : 4 + size]))
-        data = data[4 + size :]
-    return frames
+def _compile(job):
+    """The program (and the prelude), compiled here, in the checker: a compile error is the compiler's."""
+    try:
+        _inside.show_in_tracebacks("<program>", job["program"])
+        code = compile(job["program"], "<program>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as error:
+        job["compile_error"] = f"{type(error).__name__}: {error}"
+        return None, None
+    prelude = None
+    if job.get("prelude"):
+        _inside.show_in_tracebacks("<prelude>", job["prelude"])
+        prelude = compile(job["prelude"], "<prelude>", "exec", dont_inherit=True)
+    return code, prelude
 
 
 def serve(job, control, in_pid_namespace, isolation):
     # Not dumpable: a test process of the same uid (limits-only mode, a caller that is not root) can neither
-    # ptrace this process nor open its /proc files (the nonce it draws, the pipes it holds).
+    # ptrace this process nor open its /proc files.
     _prctl(PR_SET_DUMPABLE, 0)
+    code, prelude = _compile(job)
     # Everything this interpreter holds now goes to the collector's permanent generation: a test process's
     # garbage collections then never walk (and so never copy-on-write) the pages it shares with this one.
     gc.freeze()
-    control.send({"event": "ready", **isolation})
-    while True:
-        message = control.receive()
-        if message is None or message.get("op") != "run":
-            break
-        answer = run_one_test(job, control, message, in_pid_namespace)
-        if answer["caller_gone"]:
-            break
-        control.send(answer)
+    zygote = None
+    if code is not None:
+        assert not control.pending(), "the caller sent a test before the harness was ready"
+        zygote = Zygote(job, code, prelude, new_pid_namespace=in_pid_namespace)
+    watched = zygote is not None and zygote.pid is not None and os.path.exists(f"/proc/{zygote.pid}/task")
+    control.send(
+        {
+            "event": "ready",
+            **isolation,
+            "zygote": zygote.kind if zygote else None,
+            "memory_bound": "per_program_watchdog" if watched else "per_process_rlimit",
+        }
+    )
+    try:
+        while True:
+            message = control.receive()
+            if message is None or message.get("op") != "run":
+                break
+            answer = run_one_test(job, control, message, zygote)
+            if answer["caller_gone"]:
+                break
+            control.send(answer)
+    finally:
+        if zygote is not None:
+            zygote.close()
 
 
 # ---------------------------------------------------------------- namespaces
@@ -1125,8 +1106,6 @@ def isolate_and_serve(job, control):
 
 def _remove_workdir(workdir):
     """B0 removes the program's folder when it ends, so that none is left when the caller died first."""
-    import shutil
-
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -1166,14 +1145,27 @@ PRELOADED_MODULES = [
     "re",
     "string",
     "struct",
+    "tempfile",
     "typing",
 ]
 
 
 def _preload():
-    for name in PRELOADED_MODULES:
+    for name in (*PRELOADED_MODULES, *_inside.GRADER_MODULES):
         with contextlib.suppress(ImportError):
             __import__(name)
+
+
+def _safe_path(workdir):
+    """``sys.path`` without any entry the program could write to: no relative entry (the current folder),
+    nothing inside its folder. Imports the harness or the grader makes resolve only from the interpreter's
+    own directories and site-packages (read-only under isolation)."""
+    folder = os.path.realpath(workdir)
+    sys.path[:] = [
+        path
+        for path in sys.path
+        if path and os.path.isabs(path) and not (os.path.realpath(path) + "/").startswith(folder + "/")
+    ]
 
 
 def main():
@@ -1190,6 +1182,7 @@ def main():
     if job is None:
         return
     sys.path.extend(path for path in job.get("site_packages", []) if path not in sys.path)
+    _safe_path(job["workdir"])
     if os.getuid() != 0:  # counted here, in the host's PID namespace, where the kernel counts them
         job["existing_processes"] = _processes_of(os.getuid())
     os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]

@@ -97,7 +97,10 @@ class TestRunResult:
     ``num_passed / num_tests``; ``isolated`` says whether namespace isolation was in force;
     ``program_found`` is false when there was no program (then nothing ran and ``passed`` is false);
     ``comparison_errors`` counts the tests whose output raised while it was decoded or compared (each of them
-    is a ``wrong_answer``)."""
+    is a ``wrong_answer``); ``memory_bound`` says how ``memory_mb`` was enforced: ``"per_program_watchdog"``
+    (the checker sums the memory of all of the program's processes and stops the test above it, besides each
+    process's ``RLIMIT_AS``) or ``"per_process_rlimit"`` (``RLIMIT_AS`` of each process only; ``None``: nothing
+    ran)."""
 
     __test__ = False
 
@@ -110,10 +113,16 @@ class TestRunResult:
     isolated: bool
     program_found: bool
     comparison_errors: int = 0
+    memory_bound: str | None = None
 
     @classmethod
     def from_results(
-        cls, results: list[TestCaseResult], num_tests: int, isolated: bool, program_found: bool = True
+        cls,
+        results: list[TestCaseResult],
+        num_tests: int,
+        isolated: bool,
+        program_found: bool = True,
+        memory_bound: str | None = None,
     ) -> TestRunResult:
         num_passed = sum(result.passed for result in results)
         return cls(
@@ -126,6 +135,7 @@ class TestRunResult:
             isolated=isolated,
             program_found=program_found,
             comparison_errors=sum(result.comparison_error for result in results),
+            memory_bound=memory_bound,
         )
 
 
@@ -186,10 +196,10 @@ def grade(
 ) -> TestCaseResult:
     """The verdict of one test from the harness's raw answer (pure: tested without a sandbox).
 
-    Decided from what the program cannot dress up first (the harness's setup and compile reports, the wall
-    clock, signals and exit statuses, the output limit), its stderr only to name a failure (a
-    ``MemoryError``), and its output last. Comparing never raises: an output that makes it raise is a
-    ``wrong_answer`` with ``comparison_error`` set."""
+    Decided from what the checker alone reports first (its setup and compile reports, the wall clock, wait
+    statuses and resource usage, the output limit, the grader's outcome), and the program's output last; its
+    stderr is only shown. Comparing never raises: an output that makes it raise is a ``wrong_answer`` with
+    ``comparison_error`` set."""
     stderr = answer.get("stderr") or ""
     shown_input = _shown(case.input)
     expected = "" if tests.kind == "assert" else _shown(case.output)
@@ -227,15 +237,18 @@ def grade(
             continue
         if killed == signal.SIGXFSZ:
             return verdict("runtime_error", f"wrote a file over {limits.file_size_mb} MiB")
-        if memory or "Cannot allocate memory" in stderr:
+        if memory:
             return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
         return verdict(
             "runtime_error",
             f"killed by signal {killed}" + (f": {stderr.strip()}" if stderr.strip() else ""),
         )
+    if tests.kind == "assert" and answer.get("assertion_failed"):
+        # The grader's own statement failed (not an exception the program raised in a call): a wrong answer.
+        return verdict("wrong_answer", _shown(stderr.strip()) or "an assertion of the test failed")
     if exit_code != 0:
-        # A failure: stderr may now name it (only the exit status decided that it failed).
-        if memory or "MemoryError" in stderr[-500:]:
+        # A failure (decided by the exit status; stderr is only shown, it never decides a verdict).
+        if memory:
             return verdict("memory_limit", _shown(stderr.strip()) or f"over {limits.memory_mb} MiB")
         return verdict("runtime_error", _shown(stderr.strip()) or f"exit status {exit_code}")
     if tests.kind == "stdin":
@@ -306,15 +319,19 @@ def run_tests(
     }
     results: list[TestCaseResult] = []
     isolated = False
+    memory_bound = None
     try:
         with HarnessProcess(limits) as harness:
             ready = harness.start(job)
             isolated = bool(ready.get("isolated"))
+            memory_bound = ready.get("memory_bound")
             warn_if_not_isolated(ready, limits)
             if not isolated and limits.isolation == "required":
                 reason = f"isolation required but unavailable: {ready.get('reason')}"
                 results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
-                return TestRunResult.from_results(results, len(selected), isolated=False)
+                return TestRunResult.from_results(
+                    results, len(selected), isolated=False, memory_bound=memory_bound
+                )
             for index, case in selected:
                 try:
                     answer = harness.run(case.input, compare_bytes(parsed, case, limits))
@@ -329,7 +346,7 @@ def run_tests(
         if not results and selected:
             index, case = selected[0]
             results.append(_sandbox_error(parsed, index, case, str(error)))
-    return TestRunResult.from_results(results, len(selected), isolated=isolated)
+    return TestRunResult.from_results(results, len(selected), isolated=isolated, memory_bound=memory_bound)
 
 
 def _sandbox_error(tests: CodeTests, index: int, case: TestCase, reason: str) -> TestCaseResult:

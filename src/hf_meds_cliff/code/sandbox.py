@@ -331,7 +331,20 @@ class HarnessProcess:
             raise SandboxError(f"the harness is gone ({error}){self._diagnostics()}") from None
 
     def _receive(self, deadline: float) -> dict[str, Any]:
-        while b"\n" not in self._buffer:
+        """One answer line. Linear in what arrives (each chunk is searched once for the end of the line) and
+        capped: a line longer than :meth:`_max_line_bytes` is the harness's failure, read no further."""
+        chunks, size = [], 0
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = b"".join(chunks) + self._buffer[:newline]
+                self._buffer = self._buffer[newline + 1 :]
+                break
+            chunks.append(self._buffer)
+            size += len(self._buffer)
+            self._buffer = b""
+            if size > self._max_line_bytes():
+                raise SandboxError(f"the harness sent an answer over {self._max_line_bytes()} bytes")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SandboxError("the harness missed its deadline")
@@ -341,12 +354,16 @@ class HarnessProcess:
             chunk = os.read(self._from_harness, 1 << 20)
             if not chunk:
                 raise SandboxError(f"the harness exited{self._diagnostics()}")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
+            self._buffer = chunk
         try:
             return json.loads(line)
         except json.JSONDecodeError:
             raise SandboxError(f"the harness sent a malformed answer: {line[:200]!r}") from None
+
+    def _max_line_bytes(self) -> int:
+        # An answer carries at most max_output_bytes of output, each byte at most 6 in JSON (\u00XX), and
+        # small fields besides.
+        return 6 * self.limits.max_output_bytes + (1 << 20)
 
     def _diagnostics(self) -> str:
         try:
