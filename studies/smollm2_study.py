@@ -135,8 +135,8 @@ class Settings:
 STUDY = Settings()
 TINY = Settings(
     world="toy", model="toy", level="toy", prompt_template="toy", train_problems=8, validation=(0, 2), test=(2, 5),
-    steps=2, prompts_per_step=1, num_generations=4, max_new_tokens=64, save_steps=1, dynamic_sampling_max_rounds=3,
-    monitor_window=2, samples=4,
+    steps=2, prompts_per_step=1, num_generations=4, max_new_tokens=64, save_steps=1, dynamic_sampling_max_rounds=10,
+    monitor_window=2, samples=8,
 )  # fmt: skip
 
 
@@ -479,6 +479,9 @@ def run_study(
     is run again once; a second failure is written to ``<arm>-seed<s>.failed.json`` and not tried again."""
     from hf_meds_cliff.checkpointing import write_json_atomically
 
+    import torch
+
+    torch.set_num_threads(settings.torch_threads)  # one torch thread per run (the evaluations too)
     results.mkdir(parents=True, exist_ok=True)
     for seed in seeds:
         run_base(seed, settings, results, command)
@@ -595,7 +598,7 @@ def analyse(results: Path, resamples: int = BOOTSTRAP_RESAMPLES) -> dict:
 
 
 def _pct(value: float) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{100 * value:+.1f}" if value < 0 else f"{100 * value:.1f}"
+    return "n/a" if value is None or math.isnan(value) else f"{100 * value:.1f}"
 
 
 def _points(value: float) -> str:
@@ -693,6 +696,9 @@ def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPL
             f"[{_points(row['ci_low'])}, {_points(row['ci_high'])}] | {row['p']:.4g} | {row['holm_p']:.4g} | "
             f"*{row['verdict']}* |"
         )
+    lines += ["", "Paired t-test over seeds of the per-seed mean differences (reported beside, not tested): " + "; ".join(
+        f"{row['name']} p {row['seed_t_test']['t_p']:.3g}" for row in analysis["hypotheses"] if "seed_t_test" in row
+    ) + "."]
     lines += ["", "## Reading (each line claims what its verdict supports, no more)", ""]
     lines += [f"- {reading(row)}" for row in analysis["hypotheses"]]
     if analysis["failed"]:
