@@ -32,7 +32,8 @@ def test_pre_registered_constants():
     assert (meds.meds_alpha, meds.meds_beta) == (0.1, 0.2)
     teacher = smollm2_study.arm_config("grpo_teacher_sim", STUDY, 0, "/tmp/unused")
     cliff = smollm2_study.arm_config("cliff", STUDY, 0, "/tmp/unused")
-    assert (teacher.cliff_outcome, cliff.cliff_outcome, cliff.cliff_lam, cliff.loss_type) == ("teacher", "verifier", 0.0, "grpo")
+    assert (teacher.cliff_outcome, cliff.cliff_outcome) == ("teacher", "verifier")
+    assert (cliff.cliff_lam, cliff.loss_type, cliff.cliff_teacher) == (0.0, "grpo", "rule")
     grpo = smollm2_study.arm_config("grpo", STUDY, 0, "/tmp/unused")
     assert not getattr(grpo, "dynamic_sampling", False) and grpo.epsilon_high == 0.2
     with pytest.raises(ValueError, match="Unknown arm"):
@@ -43,13 +44,13 @@ def test_pre_registered_constants():
 
 def test_tiny_run_records_every_field_and_resumes_after_a_stop(tmp_path, monkeypatch):
     results, work = tmp_path / "results", tmp_path / "work"
-    arms, seeds = ("grpo", "grpo_teacher_sim"), (0,)
+    arms, seeds = ("meds_ds", "grpo_teacher_sim"), (0,)
     # A simulated machine stop right after the first arm's checkpoint of step 1 (of 2).
     with pytest.raises(SimulatedStop):
         run_study(TINY, results, work, arms, seeds, command=["test"], stop_after_step=1)
-    assert (results / "base-seed0.json").exists() and not (results / "grpo-seed0.json").exists()
-    assert (work / "grpo-seed0" / "checkpoint-1" / "trainer_state.json").exists()
-    assert not (work / "grpo-seed0" / "checkpoint-2").exists()
+    assert (results / "base-seed0.json").exists() and not (results / "meds_ds-seed0.json").exists()
+    assert (work / "meds_ds-seed0" / "checkpoint-1" / "trainer_state.json").exists()
+    assert not (work / "meds_ds-seed0" / "checkpoint-2").exists()
     base_mtime = (results / "base-seed0.json").stat().st_mtime_ns
 
     run_study(TINY, results, work, arms, seeds, command=["test"])
@@ -76,11 +77,16 @@ def test_tiny_run_records_every_field_and_resumes_after_a_stop(tmp_path, monkeyp
             expected = sum(c / TINY.samples for c in evaluation["correct"]) / size
             assert math.isclose(evaluation["pass@1"], expected)
             assert {f"pass@{k}" for k in range(1, TINY.samples + 1)} <= set(evaluation)
-    grpo = json.loads((results / "grpo-seed0.json").read_text())
-    assert [s["resumed_from"] for s in grpo["training_segments"]] == [None, "checkpoint-1"]
+    meds = json.loads((results / "meds_ds-seed0.json").read_text())
+    assert [s["resumed_from"] for s in meds["training_segments"]] == [None, "checkpoint-1"]
+    assert meds["trainer"] == "MEDSGRPOTrainer" and meds["config"]["dynamic_sampling"]
+    logged = [row for row in meds["history"] if "reward" in row]
+    for key in ("meds/idle", "meds/frac_groups_uniform", "dynamic_sampling/rounds"):
+        assert all(key in row for row in logged), key
     teacher = json.loads((results / "grpo_teacher_sim-seed0.json").read_text())
     assert teacher["config"]["cliff_outcome"] == "teacher" and teacher["teacher"]["kind"] == "simulated"
-    assert teacher["teacher"]["false_negative_rate"] == 0.14 and teacher["history"][0].get("cliff/teacher_says_right_verifier_wrong") is not None
+    assert teacher["teacher"]["false_negative_rate"] == 0.14
+    assert all("cliff/teacher_says_right_verifier_wrong" in row for row in teacher["history"] if "reward" in row)
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("a finished run was run again")
@@ -162,3 +168,22 @@ def test_report_reproduces_hand_computed_bootstrap_and_holm(tmp_path):
     assert "| P1 | `grpo` − `base` | agreement | > 0 | 2 | 3 |" in text and "*reversed*" in text
     assert "T1 (simulated teacher): reversed" in text and "not a claim that the two are equal" in text
     assert "incomplete seeds (not analysed): [2]" in text and "`dapo_ds` seed 2" in text
+    assert "do not all come from one commit" not in text  # one commit "c", clean
+
+
+def test_a_run_that_fails_twice_is_recorded_and_not_tried_again(tmp_path, monkeypatch):
+    calls = []
+
+    def failing(arm, seed, *args, **kwargs):
+        calls.append((arm, seed))
+        raise RuntimeError(f"boom {len(calls)}")
+
+    monkeypatch.setattr(smollm2_study, "run_base", lambda *args, **kwargs: None)
+    monkeypatch.setattr(smollm2_study, "run_arm", failing)
+    run_study(TINY, tmp_path, tmp_path / "work", ("cliff",), (3,), command=["test"])
+    assert calls == [("cliff", 3), ("cliff", 3)]  # run again once, with the same seed
+    failed = json.loads((tmp_path / "cliff-seed3.failed.json").read_text())
+    assert [e["error"] for e in failed["errors"]] == ["RuntimeError: boom 1", "RuntimeError: boom 2"]
+    assert {"commit", "dirty", "machine", "command"} <= set(failed)
+    run_study(TINY, tmp_path, tmp_path / "work", ("cliff",), (3,), command=["test"])
+    assert len(calls) == 2  # a failed run is reported, not tried a third time
