@@ -16,6 +16,20 @@ import smollm2_study  # noqa: E402
 from smollm2_study import ARMS, BASE, SEEDS, STUDY, TINY, SimulatedStop, run_study  # noqa: E402
 
 
+def test_the_study_splits_are_the_pre_registered_problems():
+    from hf_meds_cliff.data import build_prompt
+    from hf_meds_cliff.real_world import real_world_rows
+
+    problems = smollm2_study.study_problems(STUDY)
+    assert [len(problems[name]) for name in ("train", "validation", "test")] == [512, 32, 128]
+    used_before = {row["problem"] for row in real_world_rows("test", 48, "addsub99")}  # level choice and probe
+    validation = {row["problem"] for row in problems["validation"]}
+    test = {row["problem"] for row in problems["test"]}
+    assert not (validation | test) & used_before and not validation & test and len(test) == 128
+    assert problems["train"] == real_world_rows("train", 512, "addsub99")
+    assert smollm2_study.chat_prompt(STUDY, "Compute 17 + 25.") == build_prompt("Compute 17 + 25.", "one_shot_boxed")
+
+
 def test_pre_registered_constants():
     assert ARMS == ("grpo", "dapo_ds", "meds_ds", "cliff", "cliff_sim", "grpo_teacher_sim") and SEEDS == (0, 1)
     assert [h.name for h in smollm2_study.HYPOTHESES] == ["P1", "M1", "O1", "O2", "O3", "O4", "T1"]
@@ -42,6 +56,7 @@ def test_pre_registered_constants():
         smollm2_study.main(["--run", "--tiny", "--results_dir", "docs/real_model_results/study"])
 
 
+@pytest.mark.slow
 def test_tiny_run_records_every_field_and_resumes_after_a_stop(tmp_path, monkeypatch):
     results, work = tmp_path / "results", tmp_path / "work"
     arms, seeds = ("meds_ds", "grpo_teacher_sim"), (0,)
