@@ -469,6 +469,8 @@ def run_arm(
         "finished": utc_now(),
     }
     write_json_atomically(path, record, indent=1)
+    for checkpoint in work.glob("checkpoint-*"):  # 1.6 GB each for SmolLM2; final/ stays for audit
+        shutil.rmtree(checkpoint, ignore_errors=True)
     return path
 
 

@@ -70,6 +70,7 @@ def test_tiny_run_records_every_field_and_resumes_after_a_stop(tmp_path, monkeyp
 
     run_study(TINY, results, work, arms, seeds, command=["test"])
     assert (results / "base-seed0.json").stat().st_mtime_ns == base_mtime  # finished work is not redone
+    assert not list(work.glob("*/checkpoint-*")) and (work / "meds_ds-seed0" / "final").is_dir()
     for arm in arms:
         record = json.loads((results / f"{arm}-seed0.json").read_text())
         assert (record["arm"], record["seed"], record["eval_seed"], record["settings"]) == (
