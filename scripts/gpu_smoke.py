@@ -74,6 +74,7 @@ import argparse
 import base64
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -252,24 +253,15 @@ def record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def stripped(name: str, data: bytes) -> bytes:
-    """A shared library without its symbol table (``strip --strip-unneeded``, as distributions ship them); the bytes
-    unchanged when ``strip`` is missing or refuses the file."""
-    if not re.search(r"\.so(\.[0-9.]+)?$", name) or shutil.which("strip") is None:
-        return data
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "lib.so"
-        path.write_bytes(data)
-        done = subprocess.run(["strip", "--strip-unneeded", str(path)], capture_output=True)
-        return path.read_bytes() if done.returncode == 0 else data
+def slim_wheel(source: Path, target: Path) -> dict:
+    """Rewrite a wheel without SLIM_RULES' paths, stored uncompressed (xz compresses the set); RECORD lists exactly
+    the files kept, with their hashes and sizes.
 
-
-def slim_wheel(source: Path, target: Path, strip: bool = True) -> dict:
-    """Rewrite a wheel without SLIM_RULES' paths and with stripped shared libraries, stored uncompressed (xz
-    compresses the set); RECORD lists exactly the files kept, with their new hashes and sizes."""
+    Shared libraries are not stripped: ``strip`` corrupts the ones auditwheel patched with patchelf (measured on
+    scipy's vendored OpenBLAS: ``ELF load command address/offset not page-aligned`` at import)."""
     dist = re.sub(r"[-_.]+", "-", source.name.split("-")[0]).lower()
     rules = [re.compile(p) for p in SLIM_RULES["*"] + SLIM_RULES.get(dist, [])]
-    removed, removed_bytes, stripped_bytes = [], 0, 0
+    removed, removed_bytes = [], 0
     with zipfile.ZipFile(source) as wheel_in, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as wheel_out:
         names = wheel_in.namelist()
         record_name = next(n for n in names if n.endswith(".dist-info/RECORD"))
@@ -283,10 +275,6 @@ def slim_wheel(source: Path, target: Path, strip: bool = True) -> dict:
                 removed_bytes += info.file_size
                 continue
             data = wheel_in.read(info.filename)
-            if strip:
-                smaller = stripped(info.filename, data)
-                stripped_bytes += len(data) - len(smaller)
-                data = smaller
             info.compress_type = zipfile.ZIP_STORED
             wheel_out.writestr(info, data)
             if info.filename in rows:
@@ -295,7 +283,7 @@ def slim_wheel(source: Path, target: Path, strip: bool = True) -> dict:
         out = io.StringIO()
         csv.writer(out, lineterminator="\n").writerows(kept_rows)
         wheel_out.writestr(record_name, out.getvalue())
-    return {"removed_files": len(removed), "removed_bytes": removed_bytes, "stripped_bytes": stripped_bytes}
+    return {"removed_files": len(removed), "removed_bytes": removed_bytes}
 
 
 def build_own_wheel(folder: Path) -> Path:
@@ -416,9 +404,11 @@ def run_case_subprocess(case: str, options: dict, timeout: float, env: dict, wor
                                start_new_session=True, text=True)  # fmt: skip
     try:
         output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException as err:  # a timeout, or this run stopped (SIGTERM, Ctrl-C): never leave the case running
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
+        if not isinstance(err, subprocess.TimeoutExpired):
+            raise
         output, _ = process.communicate()
         return {"case": case, "status": "fail", "seconds": round(time.perf_counter() - started, 1),
                 "reason": f"timed out after {timeout:.0f} s", "output_tail": output[-1500:]}  # fmt: skip
@@ -441,6 +431,7 @@ def exit_status(results: list[dict], requested: list[str]) -> int:
 
 
 def run(args) -> int:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwinds: the running case is killed
     deadline = time.perf_counter() + args.deadline_s
     results = []
     out = open(args.output, "w") if args.output else None  # noqa: SIM115 - closed below
@@ -997,7 +988,10 @@ def case_qwen3(options: dict) -> dict:
             torch.cuda.reset_peak_memory_stats()
         with tempfile.TemporaryDirectory() as output_dir:
             settings = training_settings(options, output_dir, steps, prompts * generations, generations, completion)
-            settings.update(activation_checkpointing=on_gpu, learning_rate=1e-4)
+            # TRL's own GRPOConfig on transformers < 5.23 only knows the old name
+            checkpointing = "activation_checkpointing" if "activation_checkpointing" in {
+                f.name for f in dataclasses.fields(config_cls)} else "gradient_checkpointing"  # fmt: skip
+            settings.update({checkpointing: on_gpu, "learning_rate": 1e-4})
             if method == "cliff":
                 settings["cliff_teacher"] = "rule"
             reward = MixedByConstruction(generations)
