@@ -21,8 +21,8 @@ What ``--prepare`` writes (``manifest.json`` lists every file with its size and 
   --python-version 3.12 --platform manylinux2014_x86_64 ...``), at the versions pip resolves next to the image's
   packages (stand-in metadata for those: see IMAGE_PACKAGES; torch, nvidia-* and triton are never downloaded), and
   this library's own wheel. They do not fit 64 MiB as PyPI ships them (pyarrow alone is 55 MB), so each large wheel
-  is rewritten without what no code path here loads (test suites, C headers, pyarrow's Flight/S3/GCS/Azure/HDFS/ORC/
-  Substrait libraries: SLIM_RULES; RECORD rewritten to match), stored uncompressed and the set compressed with xz.
+  is rewritten without what no code path here loads (test suites, C headers, pyarrow's Flight/S3/GCS/Azure/HDFS/ORC
+  libraries: SLIM_RULES; RECORD rewritten to match), stored uncompressed and the set compressed with xz.
   The manifest gives each wheel's PyPI SHA-256 and what was removed; CI's dry run installs the same slimmed wheels.
 - ``toy_policy/``: the warmed-up toy policy (about 1 MB), so the window spends nothing on a warm-up.
 - Not the numba cache: numba keys its cache on the source file's path and time stamp and on the CPU's name and
@@ -147,8 +147,8 @@ SLIM_RULES = {
         r"^pyarrow/.*\.(pyx|pxd|pxi|h|hpp|cc)$",
         r"^pyarrow/(lib)?_?(arrow_)?(python_)?flight",
         r"^pyarrow/libarrow_flight",
-        r"^pyarrow/(_s3fs|_gcsfs|_azurefs|_hdfs|_orc|_dataset_orc|_substrait)\.",
-        r"^pyarrow/libarrow_(s3|substrait)\.",
+        r"^pyarrow/(_s3fs|_gcsfs|_azurefs|_hdfs|_orc|_dataset_orc)\.",
+        r"^pyarrow/libarrow_s3\.",  # libarrow_substrait stays: lib.so and every module link it
     ],
     # subpackages nothing here imports (measured: trl, datasets, evaluate, sklearn via fast-hdbscan, plots)
     "scipy": [r"\.(pyx|pxd|c|cpp|h)$", r"^scipy/(datasets|differentiate|fftpack|io|misc|odr|signal)/"],
@@ -376,7 +376,14 @@ def prepare(bundle: Path, python_version: str, platforms: list[str], xz_preset: 
 
 
 def verify_and_install(bundle: Path, work: Path) -> dict:
-    """Check the manifest's SHA-256s, then ``pip install --no-index --no-deps --target`` the wheels."""
+    """Check the manifest's SHA-256s, then ``pip install --no-index --no-deps --target`` the wheels.
+
+    The target lies inside a fresh virtual environment whose ``.pth`` file lists this interpreter's package folders
+    (the image's torch, numba, ...), and the cases run with its Python. A ``--target`` folder outside ``sys.prefix``
+    breaks datasets: dill pickles modules outside ``sys.prefix`` by value, and ``Dataset.from_dict`` then fails on
+    pyarrow's ``MonthDayNano`` (``PicklingError``; measured in the CPU dry run)."""
+    import site as site_module
+
     started = time.perf_counter()
     manifest = json.loads((bundle / "manifest.json").read_text())
     for entry in manifest["files"]:
@@ -385,19 +392,27 @@ def verify_and_install(bundle: Path, work: Path) -> dict:
             raise CaseFailed(f"bundle file {entry['path']} is missing or differs from manifest.json")
     with tarfile.open(bundle / "wheels.tar.xz") as archive:
         archive.extractall(work, filter="data")
-    site = work / "site"
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    folders = [*site_module.getsitepackages(), site_module.getusersitepackages()]
+    Path(purelib, "_image_packages.pth").write_text("\n".join(f for f in folders if Path(f).is_dir()) + "\n")
+    site = venv / "bundle"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
          "--target", str(site), *sorted(str(p) for p in (work / "wheels").glob("*.whl"))],
         check=True,
     )  # fmt: skip
-    return {"site": str(site), "wheels": len(manifest["wheels"]), "seconds": round(time.perf_counter() - started, 1)}
+    return {"site": str(site), "python": str(python), "wheels": len(manifest["wheels"]),
+            "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
 
 
-def run_case_subprocess(case: str, options: dict, timeout: float, env: dict, work: Path) -> dict:
+def run_case_subprocess(case: str, options: dict, timeout: float, env: dict, work: Path, python: str) -> dict:
     result_file = work / f"result_{case}.json"
     result_file.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "--run-case", case, "--case-options",
+    command = [python, str(Path(__file__).resolve()), "--run-case", case, "--case-options",
                json.dumps(options), "--result", str(result_file)]  # fmt: skip
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -448,6 +463,7 @@ def run(args) -> int:
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1")
         env["NUMBA_CACHE_DIR"] = str(work / "numba")
         options = {"device": args.device, "size": args.size, "policy": args.policy, "plant": {}, "site": None}
+        python = sys.executable
         for item in args.plant:
             case, _, kind = item.partition("=")
             options["plant"][case] = kind
@@ -460,6 +476,7 @@ def run(args) -> int:
                 return 1
             report({"case": "install", "status": "pass", **installed})
             options["site"] = installed["site"]
+            python = installed["python"]
             options["policy"] = options["policy"] or str(Path(args.bundle) / "toy_policy")
             env["PYTHONPATH"] = os.pathsep.join([installed["site"], env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         else:
@@ -470,7 +487,7 @@ def run(args) -> int:
                 result = {"case": case, "status": "fail", "reason": f"not reached: the {args.deadline_s} s deadline"}
             else:
                 timeout = min(CASE_TIMEOUT_S[case] * args.timeout_scale, remaining)
-                result = run_case_subprocess(case, options, timeout, env, work)
+                result = run_case_subprocess(case, options, timeout, env, work, python)
             results.append(result)
             report(result)
     counts = {status: sum(r["status"] == status for r in results) for status in ("pass", "fail", "skip")}
