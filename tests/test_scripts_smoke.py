@@ -7,6 +7,7 @@ from helpers import ROOT, load_module, load_script
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_gpu_smoke_script_passes_on_the_cpu_path(toy_policy_path, capsys):
     """Three of scripts/gpu_smoke.py's cases on CPU without a bundle (CI's GPU dry-run lane runs them all against the
     prepared bundle; tests/test_gpu_smoke.py plants failures)."""
