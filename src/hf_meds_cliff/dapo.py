@@ -76,6 +76,9 @@ def concat_rows(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
     return merged
 
 
+_HAS_ACTIVATION_CHECKPOINTING = "activation_checkpointing" in {f.name for f in dataclasses.fields(GRPOConfig)}
+"""transformers >= 5.23 has ``TrainingArguments.activation_checkpointing``; 5.20-5.22 only ``gradient_checkpointing``."""
+
 _DEPRECATED_ALIASES = frozenset(
     {
         # Old names that __post_init__ has already resolved into their replacements (passing them again warns).
@@ -120,6 +123,18 @@ class DAPOConfig(GRPOConfig):
         },
     )
 
+    if not _HAS_ACTIVATION_CHECKPOINTING:
+        # transformers 5.20-5.22 (5.20.2 is what `pip install "hf-meds-cliff[vllm]"` installs: vllm 0.33 caps
+        # transformers <5.21) have no `activation_checkpointing` (added in 5.23): accept the name our recipes and
+        # users write and carry it over to `gradient_checkpointing` (found by the lowest-versions lane, issue 44).
+        activation_checkpointing: bool | None = field(
+            default=None,
+            metadata={
+                "help": "Activation (gradient) checkpointing; on this transformers it sets `gradient_checkpointing`. "
+                "When neither is given, it is on, as in TRL."
+            },
+        )
+
     @classmethod
     def from_grpo_config(cls, config: GRPOConfig, **overrides):
         """This config class built from an existing ``GRPOConfig`` (every field kept) plus ``overrides``.
@@ -148,10 +163,16 @@ class DAPOConfig(GRPOConfig):
         unknown = sorted(set(overrides) - names)
         if unknown:
             raise TypeError(f"{unknown} are not fields of {cls.__name__}; check their spelling.")
+        # Without `activation_checkpointing` (transformers < 5.23) `gradient_checkpointing` is no alias: copy it.
+        copied_aliases = (
+            _DEPRECATED_ALIASES
+            if _HAS_ACTIVATION_CHECKPOINTING
+            else _DEPRECATED_ALIASES - {"gradient_checkpointing", "gradient_checkpointing_kwargs"}
+        )
         values = {
             f.name: getattr(config, f.name)
             for f in dataclasses.fields(config)
-            if f.init and f.name in names and f.name not in _DEPRECATED_ALIASES and hasattr(config, f.name)
+            if f.init and f.name in names and f.name not in copied_aliases and hasattr(config, f.name)
         }
         # Both were derived by __post_init__; give back the one that determines the other.
         values[
@@ -161,7 +182,11 @@ class DAPOConfig(GRPOConfig):
         return cls(**values)
 
     def __post_init__(self):
-        if self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
+        if not _HAS_ACTIVATION_CHECKPOINTING:
+            if self.gradient_checkpointing is None:
+                self.gradient_checkpointing = self.activation_checkpointing in (None, True)
+            self.activation_checkpointing = self.gradient_checkpointing
+        elif self.gradient_checkpointing is None and getattr(self, "activation_checkpointing", None) is None:
             if hasattr(self, "activation_checkpointing"):
                 self.activation_checkpointing = True
             else:  # a transformers without the new name
