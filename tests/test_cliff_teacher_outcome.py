@@ -280,3 +280,26 @@ def test_the_stage3_arm_ignores_the_same_teacher_it_is_grpo(tmp_path):
     a = 0.5 / (math.sqrt(1 / 3) + 1e-4)
     per_row = [row[0].item() for row in trainer.recorded[0]]
     assert per_row == pytest.approx([a, -a, -a, a, a, -a, -a, a, 0.0, 0.0, 0.0, 0.0], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_trainer_logs_a_simulated_teachers_flips_beside_the_disagreements_they_cause(tmp_path):
+    """NoisyTeacher around the driver's exact teacher, every wrong verdict flipped (false-negative rate 1): groups 0
+    and 1 are [right, wrong, wrong, right] for the verifier and the exact teacher, so the 4 flips all land on
+    verifier-wrong rollouts and each is a disagreement: 8 judged, 4 teacher-right-verifier-wrong, agreement 4/8. Every
+    outcome of the two groups is then 1: advantages all 0 (group 2 is all right: 0)."""
+    from hf_meds_cliff.cliff.teachers import NoisyTeacher
+
+    driver = load_driver()
+    teacher = NoisyTeacher(driver.ArithmeticTeacher(), false_negative_rate=1.0, false_positive_rate=0.0)
+    trainer = driver.build_trainer(
+        str(tmp_path), 12, steps=1, num_prompts=3, shuffle_dataset=False, teacher=teacher, cliff_outcome="teacher"
+    )
+    trainer.train()
+    (advantages,) = trainer.recorded
+    torch.testing.assert_close(advantages, torch.zeros(12))
+    log = next(r for r in trainer.state.log_history if "cliff/teacher_verifier_agreement" in r)
+    assert log["cliff/teacher/flipped_to_right"] == 4.0 and log["cliff/teacher/inner_said_wrong"] == 4.0
+    assert log["cliff/teacher/inner_said_right"] == 4.0 and log.get("cliff/teacher/flipped_to_wrong", 0.0) == 0.0
+    assert log["cliff/teacher_judged_rollouts"] == 8.0 and log["cliff/teacher_says_right_verifier_wrong"] == 4.0
+    assert log["cliff/teacher_says_wrong_verifier_right"] == 0.0 and log["cliff/teacher_verifier_agreement"] == 0.5

@@ -16,6 +16,7 @@ Pure tensor functions, separate from the trainer (which only wires them in):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "group_normalised_advantages",
     "sentence_to_token_index",
     "teacher_outcome_rewards",
+    "teacher_verifier_counts",
     "token_index_at_char",
     "zero_variance_groups",
 ]
@@ -224,6 +226,40 @@ def teacher_outcome_rewards(
     verdict = torch.tensor([1.0 if v else 0.0 for v in teacher_verdict], dtype=verifier_rewards.dtype, device=device)
     from_teacher = has_verdict & graded
     return torch.where(from_teacher, verdict, verifier_rewards), from_teacher
+
+
+def teacher_verifier_counts(
+    verifier_correct: Sequence[bool], teacher_verdict: Sequence[bool | None], from_teacher: Sequence[bool]
+) -> dict[str, float]:
+    """The teacher's verdicts against the verifier's, over the rollouts whose outcome the teacher decided.
+
+    Counted per **used** verdict (``from_teacher``, :func:`teacher_outcome_rewards`): a rollout the teacher was not
+    asked about, gave no usable answer on, or that is ungraded is not counted. A simulated teacher's own flip counts
+    (:class:`~hf_meds_cliff.cliff.teachers.NoisyTeacher`) are per judge call and against its wrapped teacher, so they
+    are not these disagreements.
+
+    Returns:
+        ``judged``, ``right_wrong`` (teacher right, verifier wrong), ``wrong_right`` (teacher wrong, verifier right)
+        and ``agreement`` (``(judged - right_wrong - wrong_right) / judged``; NaN when nothing was judged).
+
+    >>> teacher_verifier_counts([True, True, False, False], [True, False, True, None], [True, True, True, False])
+    {'judged': 3.0, 'right_wrong': 1.0, 'wrong_right': 1.0, 'agreement': 0.3333333333333333}
+    """
+    if not len(verifier_correct) == len(teacher_verdict) == len(from_teacher):
+        raise ValueError(
+            f"Got {len(verifier_correct)} verifier outcomes, {len(teacher_verdict)} teacher verdicts and "
+            f"{len(from_teacher)} decided flags; give one of each per rollout."
+        )
+    used = [(bool(v), bool(t)) for v, t, d in zip(verifier_correct, teacher_verdict, from_teacher) if d]
+    right_wrong = sum(1 for verifier, teacher in used if teacher and not verifier)
+    wrong_right = sum(1 for verifier, teacher in used if verifier and not teacher)
+    judged = len(used)
+    return {
+        "judged": float(judged),
+        "right_wrong": float(right_wrong),
+        "wrong_right": float(wrong_right),
+        "agreement": (judged - right_wrong - wrong_right) / judged if judged else math.nan,
+    }
 
 
 def group_normalised_advantages(

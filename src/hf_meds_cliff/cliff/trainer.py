@@ -34,6 +34,7 @@ from .advantages import (
     first_mistake_token_positions,
     group_normalised_advantages,
     teacher_outcome_rewards,
+    teacher_verifier_counts,
 )
 from .agentic import AgenticRollout, AgenticSplit, split_agentic_rollout
 from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain, tests_column_of
@@ -129,7 +130,12 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
     :func:`~hf_meds_cliff.cliff.advantages.group_normalised_advantages`), ``(B,)``, one per rollout. Extra metrics:
     ``teacher_judged_rollouts``, ``teacher_verifier_agreement``, ``teacher_says_right_verifier_wrong``,
     ``teacher_says_wrong_verifier_right``, ``teacher_verdict_fallbacks`` (rollouts without a usable verdict, which keep
-    the verifier's reward).
+    the verifier's reward); the agreement counts are per used verdict
+    (:func:`~hf_meds_cliff.cliff.advantages.teacher_verifier_counts`).
+    A simulated teacher's ``teacher/flipped_to_right`` / ``teacher/flipped_to_wrong``
+    (:class:`~hf_meds_cliff.cliff.teachers.NoisyTeacher`) count flips per judge call against its *wrapped* teacher,
+    verifier-right rollouts included: flipping the exact rule teacher's "wrong" on a verifier-right rollout makes
+    teacher and verifier agree, so flips need not show up as disagreements.
 
     Tool-calling rollouts (``tools=`` / ``environment_factory=``, see ``docs/agents.md`` and
     :mod:`hf_meds_cliff.cliff.agentic`): the teacher numbers each assistant sentence and each tool call (name and
@@ -434,24 +440,18 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = math.nan  # unscorable rows, as TRL
         advantages = group_normalised_advantages(rewards, group_ids.to(rewards.device), self.scale_rewards)
 
-        verifier = is_correct.tolist()
         decided = from_teacher.tolist()
-        verdicts = outcome.teacher_verdict
-        right_wrong = sum(1 for i, d in enumerate(decided) if d and verdicts[i] and not verifier[i])
-        wrong_right = sum(1 for i, d in enumerate(decided) if d and not verdicts[i] and verifier[i])
-        judged = sum(decided)
+        counts = teacher_verifier_counts(is_correct.tolist(), outcome.teacher_verdict, decided)
         fallbacks = sum(
             1
             for i, mode in enumerate(outcome.group_modes)
             if mode == GROUP_CLIFF and rows.is_correct[i] is not None and not rows.is_truncated[i] and not decided[i]
         )
         metrics = self._metrics["train"]
-        metrics["cliff/teacher_judged_rollouts"].append(float(judged))
-        metrics["cliff/teacher_verifier_agreement"].append(
-            (judged - right_wrong - wrong_right) / judged if judged else math.nan
-        )
-        metrics["cliff/teacher_says_right_verifier_wrong"].append(float(right_wrong))
-        metrics["cliff/teacher_says_wrong_verifier_right"].append(float(wrong_right))
+        metrics["cliff/teacher_judged_rollouts"].append(counts["judged"])
+        metrics["cliff/teacher_verifier_agreement"].append(counts["agreement"])
+        metrics["cliff/teacher_says_right_verifier_wrong"].append(counts["right_wrong"])
+        metrics["cliff/teacher_says_wrong_verifier_right"].append(counts["wrong_right"])
         metrics["cliff/teacher_verdict_fallbacks"].append(float(fallbacks))
         return advantages.to(rewards_per_func.device)
 

@@ -2,9 +2,19 @@
 
 For studies that need an imperfect teacher whose errors are known, e.g. the SmolLM2 study's simulated teacher
 (``docs/real_model_study.md``): the exact rule teacher with the false-negative and false-positive rates the Cliff
-paper reports for its LLM teachers. Flips are independent per rollout and deterministic: a hash of (``seed``,
-problem, rollout text) gives the uniform number, so a resumed run, a repeated rollout or a cached judgment sees the
-same verdict. Counted in ``counters`` as ``flipped_to_right`` and ``flipped_to_wrong``.
+paper reports for its LLM teachers. Flips are independent per distinct rollout text and deterministic: a hash of
+(``seed``, problem, rollout text) gives the uniform number, so a resumed run, a repeated rollout or a cached judgment
+sees the same verdict, and identical rollouts of one group (common for a small policy) flip together.
+
+Counters (``counters``; the Cliff trainer logs them as ``cliff/teacher/<name>``), all per ``judge`` call with an
+``ok`` judgment: ``inner_said_right`` and ``inner_said_wrong`` (the wrapped teacher's verdict), ``flipped_to_right``
+(of the ``inner_said_wrong`` calls) and ``flipped_to_wrong`` (of the ``inner_said_right`` calls), so the realised
+rates are ``flipped_to_right / inner_said_wrong`` and ``flipped_to_wrong / inner_said_right``. A flip is measured
+against the **wrapped teacher**, never against the verifier: the exact rule teacher also grades the steps and the
+format, so it calls some verifier-right rollouts wrong (``"So the answer is \\boxed{10}."``, a skipped step, text
+after the box); flipping such a verdict to right makes teacher and verifier *agree*. Under
+``cliff_outcome="teacher"``, where verifier-right rollouts are judged too, ``flipped_to_right`` is therefore not
+``cliff/teacher_says_right_verifier_wrong``.
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ class NoisyTeacher:
             return judgment
         inner_name = getattr(self.inner, "name", type(self.inner).__name__)
         right = judgment.verdict_correct if judgment.verdict_correct is not None else judgment.first_mistake is None
+        self.counters["inner_said_right" if right else "inner_said_wrong"] += 1
         draw = flip_draw(self.seed, problem, "".join(sentences))
         if not right and draw < self.false_negative_rate:
             self.counters["flipped_to_right"] += 1
