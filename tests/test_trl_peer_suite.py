@@ -194,7 +194,7 @@ def test_the_runner_classifies_the_raised_exception_never_the_traceback(junit_ou
 # ------------------------------------------------------------------------------------------------
 
 
-def test_binary_stand_in_reward_model_scores_bit_one_of_the_last_token():
+def test_binary_stand_in_reward_model_scores_a_hash_bit_of_the_last_token():
     from transformers import AutoModelForSequenceClassification
 
     config = suite._tiny_config(
@@ -203,10 +203,18 @@ def test_binary_stand_in_reward_model_scores_bit_one_of_the_last_token():
     model = suite._binary_reward_model(AutoModelForSequenceClassification.from_config(config), 8)
     input_ids = torch.tensor([[5, 7, 0, 0], [3, 9, 12, 0], [2, 4, 6, 11], [1, 1, 1, 2]])  # last: 7, 12, 11, 2
     scores = model(input_ids=input_ids, attention_mask=(input_ids != 0).long()).logits[:, 0]
-    assert scores.tolist() == [1.0, 0.0, 1.0, 1.0]  # 7 = 0b111, 12 = 0b1100, 11 = 0b1011, 2 = 0b10
-    # test_train_with_mask_truncated_completions: its completions end in 368, 44662 and 18 once re-tokenised; the
-    # old rule (odd ids) scored all three 0, so GRPO saw no variance there.
-    assert suite.binary_verdict(torch.tensor([368, 44662, 18])).tolist() == [False, True, True]
+    # id * 2654435761 mod 2**32, shifted right by 22: 7 -> 1401181143 >> 22 = 334 (bit 0), 12 -> 1788458060 >> 22 = 426
+    # (0), 11 -> 3428989595 >> 22 = 817 (1), 2 -> 1013904226 >> 22 = 241 (1)
+    expected = [(i * 2654435761) % 2**32 >> 22 & 1 for i in (7, 12, 11, 2)]
+    assert expected == [0, 0, 1, 1]
+    assert scores.tolist() == [0.0, 0.0, 1.0, 1.0]
+    # The completions TRL's tests script get both verdicts (re-tokenised last ids): truncation masking (368, 44662,
+    # 18; parity, the old rule, scored all three 0), the tool tests ('!' = 0 twice, ' tool' = 5392), the
+    # environment tests ('!' twice, 'increment' = 16252).
+    verdicts = lambda ids: suite.binary_verdict(torch.tensor(ids)).tolist()  # noqa: E731
+    assert verdicts([368, 44662, 18]) == [False, True, True]
+    assert verdicts([0, 0, 5392]) == [False, False, True]
+    assert verdicts([0, 0, 16252]) == [False, False, True]
 
 
 @needs_qwen_tokenizer
@@ -214,7 +222,7 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
     """The stand-in causal LMs: Qwen's token ids (the tool tests hard-code them), a chat template TRL can parse tool
     calls from, and completions that hold MEDS's answer token (``\\boxed{``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl.chat_template_utils import is_chat_template_prefix_preserving
+    from trl.chat_template_utils import qwen3_chat_template
 
     suite.build_standins(tmp_path, "binary")
     snapshot = lambda name: next((tmp_path / f"models--trl-internal-testing--{name}" / "snapshots").iterdir())  # noqa: E731
@@ -223,7 +231,7 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
         "<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>",
     ]  # fmt: skip
     assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (151645, 151643)
-    assert "tool_call" in tokenizer.chat_template and is_chat_template_prefix_preserving(tokenizer)
+    assert tokenizer.chat_template == qwen3_chat_template  # one TRL parses tool calls of (the Hub's tiny Qwen 3's)
     reward_tokenizer = AutoTokenizer.from_pretrained(snapshot("tiny-Qwen2ForSequenceClassification-2.5"))
     assert reward_tokenizer.chat_template == suite.STANDIN_CHAT_TEMPLATE
 
