@@ -546,6 +546,25 @@ def _record_method_activity(request):
     with open(path, "a") as stream:
         stream.write(json.dumps(record) + "\n")
 
+def pytest_runtest_logreport(report):
+    """Each test's outcome as it happens (the junit report is written only at the end): the runner reads these when
+    it stops a run at its deadline. The message is what junit's would be: the crash's ``ExceptionType: message``."""
+    path = os.environ.get("TRL_PEER_OUTCOMES")
+    if not path or not (report.when == "call" or report.outcome != "passed"):
+        return
+    parts = report.nodeid.split("::")
+    test_id = "::".join(parts[1:]) if len(parts) == 3 else f"{Path(parts[0]).stem}::{parts[-1]}"
+    message = ""
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2]
+    with open(path, "a") as stream:
+        stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
+                                 "message": message}) + "\n")
+
+
 ZEN = [line for line in codecs.decode(__import__("this").s, "rot13").splitlines()[2:] if line.strip()]
 _real_load_dataset = datasets.load_dataset
 
@@ -604,6 +623,7 @@ def run_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword:
 def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword: str | None, timeout: int):
     """Start the pytest process of ``trainer``."""
     report = work / f"junit-{trainer}.xml"
+    report.unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
         str(suite / "tests" / "test_grpo_trainer.py"), "-k", f"({DESELECT})" + (f" and ({keyword})" if keyword else ""),
@@ -624,9 +644,10 @@ def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keywor
         "TRL_EXPERIMENTAL_SILENCE": "1",
         "WANDB_DISABLED": "true",
     }
-    activity = work / f"activity-{trainer}.jsonl"
+    activity, live = work / f"activity-{trainer}.jsonl", work / f"outcomes-{trainer}.jsonl"
     activity.unlink(missing_ok=True)
-    env["TRL_PEER_ACTIVITY"] = str(activity)
+    live.unlink(missing_ok=True)
+    env["TRL_PEER_ACTIVITY"], env["TRL_PEER_OUTCOMES"] = str(activity), str(live)
     log = work / f"pytest-{trainer}.log"
     with log.open("w") as stream:
         return subprocess.Popen(
@@ -634,13 +655,33 @@ def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keywor
         )
 
 
-def collect(trainer: str, process: subprocess.Popen, work: Path) -> dict[str, tuple[str, str]]:
-    process.wait()
+def collect(
+    trainer: str, process: subprocess.Popen, work: Path, deadline: float | None = None
+) -> dict[str, tuple[str, str]]:
+    """Wait for ``process`` (until ``deadline``, a ``time.monotonic()`` value, if given: then stop it and read the
+    outcomes of the tests that finished)."""
+    try:
+        process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        process.wait()
+        return read_live_outcomes(work / f"outcomes-{trainer}.jsonl")
     report, log = work / f"junit-{trainer}.xml", work / f"pytest-{trainer}.log"
     if not report.is_file():
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
         raise SystemExit(f"pytest wrote no report for {trainer}; the end of {log}:\n{tail}")
     return parse_junit(report)
+
+
+def read_live_outcomes(path: Path) -> dict[str, tuple[str, str]]:
+    """The conftest's record of finished tests (a test failing in setup, call or teardown counts as failed)."""
+    outcomes = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if outcomes.get(record["test"], ("",))[0] != "failed":
+                outcomes[record["test"]] = (record["outcome"], record["message"])
+    return outcomes
 
 
 def parse_junit(report: Path) -> dict[str, tuple[str, str]]:
@@ -765,6 +806,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test (pytest-timeout); 0 = none")
     parser.add_argument("--output", type=Path, default=None, help="write the JSON summary here")
     parser.add_argument("--parallel", action="store_true", help="run the trainers' pytest processes at once")
+    parser.add_argument(
+        "--deadline", type=int, default=0,
+        help="with --parallel: stop every pytest process after this many seconds and compare the tests that finished "
+        "on every trainer (0 = none)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     if SELECTIONS[args.selection]:
@@ -781,11 +827,12 @@ def main(argv: list[str] | None = None) -> dict:
     models = build_standins(hub_cache, args.reward_models)
     suite = write_suite(work, files)
     results, durations = {}, {}
+    deadline = time.monotonic() + args.deadline if args.deadline else None
     if args.parallel:
         began = time.perf_counter()
         processes = {t: start_trainer(t, suite, hub_cache, work, args.keyword, args.timeout) for t in args.trainers}
         for trainer, process in processes.items():
-            results[trainer] = collect(trainer, process, work)
+            results[trainer] = collect(trainer, process, work, deadline)
             durations[trainer] = round(time.perf_counter() - began, 1)
             print(f"{trainer}: {len(results[trainer])} cases, done after {durations[trainer]} s", flush=True)
     for trainer in [] if args.parallel else args.trainers:
@@ -815,6 +862,8 @@ def main(argv: list[str] | None = None) -> dict:
         "stand_in_version": STANDIN_VERSION,
         "stand_in_models": models,
         "seconds": durations,
+        "deadline_s": args.deadline or None,
+        "stopped_at_deadline": sorted(t for t in results if not (work / f"junit-{t}.xml").is_file()),
         "total_seconds": round(time.perf_counter() - start, 1),
         "work": str(work),
     }
