@@ -401,11 +401,19 @@ def test_meds_column_sits_after_an_environment_owned_reward(tmp_path, monkeypatc
         num_attention_heads=2, num_key_value_heads=1, head_dim=8, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "answer": "1"}] * 4)
+    # The environment's column (index 1 of TRL's list) can be MEDS's correctness; the penalty column cannot.
+    with pytest.raises(ValueError, match=r"meds_correctness_reward_index=2 but only 2 reward function\(s\)"):
+        _build(
+            "meds", Qwen3ForCausalLM(config), correct, _config("meds", tmp_path, meds_correctness_reward_index=2),
+            train_dataset=dataset, processing_class=tokenizer, environment_factory=GuessingEnvironment,
+        )  # fmt: skip
+    args = _config("meds", tmp_path, max_steps=5, reward_weights=[0.5], meds_correctness_reward_index=1)
     trainer = _build(
-        "meds", Qwen3ForCausalLM(config), correct, _config("meds", tmp_path, max_steps=5, reward_weights=[0.5]),
-        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "answer": "1"}] * 4),
-        processing_class=tokenizer, environment_factory=GuessingEnvironment,
+        "meds", Qwen3ForCausalLM(config), correct, args, train_dataset=dataset, processing_class=tokenizer,
+        environment_factory=GuessingEnvironment,
     )  # fmt: skip
+    assert trainer.reward_func_names[args.meds_correctness_reward_index] == "GuessingEnvironment"
     assert trainer.reward_func_names == ["correct", "GuessingEnvironment", "meds_penalty"]
     assert trainer.reward_weights.tolist() == [0.5, 1.0, 1.0]
     assert trainer.reward_processing_classes == [None, None, None]
