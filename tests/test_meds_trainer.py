@@ -315,11 +315,16 @@ def test_trainer_rejects_bad_setup(toy_policy_path, tmp_path):
             reward_funcs=[exact_answer_reward],
             args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False),
         )
-    with pytest.raises(ValueError, match="meds_correctness_reward_index=1"):
+    from datasets import Dataset
+
+    # Checked against TRL's reward columns (the user's functions, then any environment-owned reward), so after
+    # GRPOTrainer's own checks (a train_dataset is required without an environment_factory).
+    with pytest.raises(ValueError, match=r"meds_correctness_reward_index=1 but only 1 reward function\(s\)"):
         MEDSGRPOTrainer(
             model=str(toy_policy_path),
             reward_funcs=[exact_answer_reward],
             args=_config(tmp_path, meds_correctness_reward_index=1),
+            train_dataset=Dataset.from_list([{"prompt": "1+1=", "answer": "2"}]),
         )
 
 

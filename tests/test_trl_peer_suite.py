@@ -1,53 +1,249 @@
-"""tools/trl_peer_suite.py without a TRL checkout: how outcomes are compared and sorted, and the binary stand-in
-reward model (TRL's tests are never part of this repository; docs/trl_peer_suite.md has a real run)."""
+"""tools/trl_peer_suite.py without a TRL checkout: how outcomes are compared, how a failure is matched to a documented
+restriction (each restriction by a test of its own, on the exception a real trainer or a real pytest run raises), and
+the stand-ins (TRL's tests are never part of this repository; docs/trl_peer_suite.md has a real run)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
+import pytest
 import torch
-from helpers import ROOT, load_module
+from helpers import ROOT, load_module, needs_qwen_tokenizer
 
 suite = load_module(ROOT / "tools" / "trl_peer_suite.py", "trl_peer_suite")
 
+ZERO_ONE = "reward 0 must be a 0/1 correctness verdict"
+ANSWER_COLUMN = "Cliff's reference filter needs an answer column"
+EXTRA_COLUMN = "MEDS adds its own reward column"
+
+
+def test_every_documented_restriction_has_a_test_of_its_own():
+    names = {restriction.name for restriction in suite.RESTRICTIONS}
+    assert names == {ZERO_ONE, ANSWER_COLUMN, EXTRA_COLUMN}
+    tested = {name.removeprefix("test_restriction_") for name in globals() if name.startswith("test_restriction_")}
+    assert tested == {"zero_one", "answer_column", "extra_column"}
+
 
 def test_exceptions_are_sorted_by_documented_restriction():
+    zero_one = "ValueError: MEDS needs a 0/1 correctness reward, but reward function 0 ('reward_func', selected by ..."
     results = {
-        "grpo": {
-            "T::a": ("passed", ""),
-            "T::b": ("passed", ""),
-            "T::c": ("passed", ""),
-            "T::d": ("failed", "OSError: no stand-in"),
-            "T::e": ("passed", ""),
-        },
-        "meds": {
-            "T::a": ("passed", ""),
-            "T::b": ("failed", "ValueError: MEDS needs a 0/1 correctness reward, but reward function 0 ..."),
-            "T::c": ("failed", "AssertionError: assert 3 == 2\n + where 3 = len(...)"),
-            "T::d": ("failed", "OSError: no stand-in"),  # fails for GRPO too: not an exception
-            "T::e": ("failed", "RuntimeError: something else"),
-        },
-    }
+        "grpo": {"T::a": ("passed", ""), "T::b": ("passed", ""), "T::d": ("failed", "OSError: no stand-in"),
+                 "T::e": ("passed", ""), "T::f": ("passed", "")},
+        "meds": {"T::a": ("passed", ""), "T::b": ("failed", zero_one), "T::d": ("failed", "OSError: no stand-in"),
+                 "T::e": ("failed", "RuntimeError: something else"), "T::f": ("skipped", "needs jmespath")},
+    }  # fmt: skip
     summary = suite.compare(results)
     assert summary["grpo"]["counts"] == {"cases": 5, "passed": 4, "failed": 1, "skipped": 0}
     assert summary["grpo"]["failed"] == {"T::d": "OSError: no stand-in"}
     meds = summary["meds"]
-    assert meds["counts"] == {"cases": 5, "passed": 1, "failed": 4, "skipped": 0}
-    assert meds["by_reason"] == {
-        "MEDS adds its own reward column": ["T::c"],
-        "reward 0 must be a 0/1 correctness verdict": ["T::b"],
-        "unexplained": ["T::e"],
+    assert meds["counts"] == {"cases": 5, "passed": 1, "failed": 3, "skipped": 1}
+    assert meds["by_reason"] == {ZERO_ONE: ["T::b"], "skipped here only": ["T::f"], "unexplained": ["T::e"]}
+    # A restriction of one trainer never explains another's failure.
+    cliff_message = zero_one.replace("MEDS", "Cliff")
+    assert suite.classify("cliff", cliff_message) == ZERO_ONE
+    assert suite.classify("grpo", zero_one) == "unexplained"
+
+
+# ------------------------------------------------------------------------------------------------
+# Each restriction, on the exception that the trainers really raise
+# ------------------------------------------------------------------------------------------------
+
+
+def test_restriction_zero_one():
+    from hf_meds_cliff.correctness import check_binary_correctness
+
+    for method in ("MEDS", "Cliff"):
+        with pytest.raises(ValueError) as raised:
+            check_binary_correctness(
+                [3.0, 5.0, 8.0], method=method, index_field=f"{method.lower()}_correctness_reward_index", index=0,
+                threshold_field=f"{method.lower()}_correctness_threshold", threshold=1.0, reward_name="reward_func",
+            )  # fmt: skip
+        raised_text = f"ValueError: {raised.value}"
+        assert suite.classify(method.lower(), raised_text) == ZERO_ONE
+        assert suite.classify("meds" if method == "Cliff" else "cliff", raised_text) == ZERO_ONE
+        # The words alone, or under another exception type, are not the restriction.
+        assert suite.classify(method.lower(), "RuntimeError: " + str(raised.value)) == "unexplained"
+        assert suite.classify(method.lower(), "AssertionError: assert 'needs a 0/1 correctness reward' in x") == (
+            "unexplained"
+        )
+
+
+def test_restriction_answer_column(tmp_path):
+    """The ValueError CliffGRPOTrainer raises with its default reference filter on data without an ``answer`` column
+    (TRL's ``test_init_minimal`` builds the trainer without ``args``, so with that default)."""
+    from datasets import Dataset
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from hf_meds_cliff import CliffConfig, CliffGRPOTrainer
+    from hf_meds_cliff.toy import build_toy_tokenizer
+
+    tokenizer = build_toy_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    with pytest.raises(ValueError) as raised:
+        CliffGRPOTrainer(
+            Qwen2ForCausalLM(config), lambda completions, **kwargs: [1.0] * len(completions),
+            CliffConfig(str(tmp_path), use_cpu=True, bf16=False, report_to="none"),
+            train_dataset=Dataset.from_list([{"prompt": "Beautiful is"}]), processing_class=tokenizer,
+        )  # fmt: skip
+    raised_text = f"ValueError: {raised.value}"
+    assert suite.classify("cliff", raised_text) == ANSWER_COLUMN
+    assert suite.classify("meds", raised_text) == "unexplained"  # MEDS has no reference filter
+    assert suite.classify("cliff", "KeyError: " + str(raised.value)) == "unexplained"
+
+
+# A TRL-style test module run by a real pytest: the junit report's "message" is what the runner classifies.
+PYTEST_CASES = textwrap.dedent('''
+    import pytest
+
+
+    class MEDSGRPOTrainer:
+        def __init__(self, names):
+            self.reward_func_names = list(names)
+            self.reward_processing_classes = [None] * len(names)
+            self.reward_weights = [1.0] * len(names)
+
+
+    def test_count_extra_column():
+        trainer = MEDSGRPOTrainer(["reward_func", "meds_penalty"])
+        assert len(trainer.reward_processing_classes) == 1
+
+
+    def test_names_extra_column():
+        trainer = MEDSGRPOTrainer(["format_reward", "DummyEnvironment", "meds_penalty"])
+        assert trainer.reward_func_names == ["format_reward", "DummyEnvironment"]
+
+
+    def test_names_penalty_before_the_environment():
+        trainer = MEDSGRPOTrainer(["format_reward", "meds_penalty", "DummyEnvironment"])
+        assert trainer.reward_func_names == ["format_reward", "DummyEnvironment"]
+
+
+    def test_weights_extra_column():
+        trainer = MEDSGRPOTrainer(["format_reward", "DummyEnvironment", "meds_penalty"])
+        trainer.reward_weights[0] = 0.5
+        assert trainer.reward_weights == [0.5, 1.0]
+
+
+    def test_count_of_something_else():
+        batches = [1, 2, 3]
+        assert len(batches) == 2
+
+
+    def test_count_off_by_two():
+        trainer = MEDSGRPOTrainer(["a", "b", "meds_penalty"])
+        assert len(trainer.reward_processing_classes) == 1
+
+
+    def test_message_only_in_a_source_line():
+        hint = f"cliff_answer_column={'answer'!r} is not a column of the training dataset (['prompt']); assert 3 == 2"
+        raise RuntimeError("the teacher endpoint is down")
+''')
+
+
+@pytest.fixture(scope="module")
+def junit_outcomes(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("peer_cases")
+    (folder / "test_cases.py").write_text(PYTEST_CASES)
+    report = folder / "junit.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
+         str(folder / "test_cases.py"), f"--junitxml={report}", "-o", "junit_family=xunit1"],
+        cwd=folder, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return suite.parse_junit(report)
+
+
+def test_restriction_extra_column(junit_outcomes):
+    """Off by exactly MEDS's one entry on one of TRL's per-function lists: a count, the names ('meds_penalty' one
+    more, last) or the weights (1.0 one more). Anything else stays unexplained."""
+    classified = {
+        test_id.split("::")[-1]: (outcome, suite.classify("meds", raised))
+        for test_id, (outcome, raised) in junit_outcomes.items()
     }
-    assert suite.classify("cliff_answer_column='answer' is not a column of") == (
-        "Cliff's reference filter needs an answer column"
-    )
+    assert classified == {
+        "test_count_extra_column": ("failed", EXTRA_COLUMN),
+        "test_names_extra_column": ("failed", EXTRA_COLUMN),
+        "test_weights_extra_column": ("failed", EXTRA_COLUMN),
+        # meds_penalty before an environment's column: a real difference, not only one more entry
+        "test_names_penalty_before_the_environment": ("failed", "unexplained"),
+        "test_count_of_something_else": ("failed", "unexplained"),
+        "test_count_off_by_two": ("failed", "unexplained"),
+        "test_message_only_in_a_source_line": ("failed", "unexplained"),
+    }
+    # Cliff adds no column: the same failures are not explained for it.
+    raised = junit_outcomes["test_cases::test_count_extra_column"][1]
+    assert suite.classify("cliff", raised) == "unexplained"
 
 
-def test_binary_stand_in_reward_model_scores_the_last_token_parity():
+def test_the_runner_classifies_the_raised_exception_never_the_traceback(junit_outcomes):
+    """Only the exception raised counts: the runner's old habit of searching the traceback filed an unrelated error
+    under a restriction because a source line shown in the traceback held the restriction's text."""
+    outcome, raised = junit_outcomes["test_cases::test_message_only_in_a_source_line"]
+    assert raised.startswith("RuntimeError: the teacher endpoint is down")
+    assert "cliff_answer_column" not in raised
+    assert suite.classify("cliff", raised) == "unexplained"
+
+
+# ------------------------------------------------------------------------------------------------
+# Stand-ins
+# ------------------------------------------------------------------------------------------------
+
+
+def test_binary_stand_in_reward_model_scores_a_hash_bit_of_the_last_token():
     from transformers import AutoModelForSequenceClassification
 
     config = suite._tiny_config(
         "qwen2", vocab_size=64, pad_token_id=0, num_labels=1, num_hidden_layers=0, rms_norm_eps=0.0, hidden_size=8
     )
     model = suite._binary_reward_model(AutoModelForSequenceClassification.from_config(config), 8)
-    input_ids = torch.tensor([[5, 7, 0, 0], [3, 9, 12, 0], [2, 4, 6, 11]])  # last non-pad tokens 7, 12, 11
+    input_ids = torch.tensor([[5, 7, 0, 0], [3, 9, 12, 0], [2, 4, 6, 11], [1, 1, 1, 2]])  # last: 7, 12, 11, 2
     scores = model(input_ids=input_ids, attention_mask=(input_ids != 0).long()).logits[:, 0]
-    assert scores.tolist() == [1.0, 0.0, 1.0]
+    # id * 2654435761 mod 2**32, shifted right by 22: 7 -> 1401181143 >> 22 = 334 (bit 0), 12 -> 1788458060 >> 22 = 426
+    # (0), 11 -> 3428989595 >> 22 = 817 (1), 2 -> 1013904226 >> 22 = 241 (1)
+    expected = [(i * 2654435761) % 2**32 >> 22 & 1 for i in (7, 12, 11, 2)]
+    assert expected == [0, 0, 1, 1]
+    assert scores.tolist() == [0.0, 0.0, 1.0, 1.0]
+    # The completions TRL's tests script get both verdicts (re-tokenised last ids): truncation masking (368, 44662,
+    # 18; parity, the old rule, scored all three 0), the tool tests ('!' = 0 twice, ' tool' = 5392), the
+    # environment tests ('!' twice, 'increment' = 16252).
+    verdicts = lambda ids: suite.binary_verdict(torch.tensor(ids)).tolist()  # noqa: E731
+    assert verdicts([368, 44662, 18]) == [False, True, True]
+    assert verdicts([0, 0, 5392]) == [False, False, True]
+    assert verdicts([0, 0, 16252]) == [False, False, True]
+
+
+@needs_qwen_tokenizer
+def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
+    """The stand-in causal LMs: Qwen's token ids (the tool tests hard-code them), a chat template TRL can parse tool
+    calls from, and completions that hold MEDS's answer token (``\\boxed{``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import qwen3_chat_template
+
+    suite.build_standins(tmp_path, "binary")
+    snapshot = lambda name: next((tmp_path / f"models--trl-internal-testing--{name}" / "snapshots").iterdir())  # noqa: E731
+    tokenizer = AutoTokenizer.from_pretrained(snapshot("tiny-Qwen2ForCausalLM-2.5"))
+    assert tokenizer.convert_ids_to_tokens([151657, 151658, 151645, 151643]) == [
+        "<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>",
+    ]  # fmt: skip
+    assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (151645, 151643)
+    assert tokenizer.chat_template == qwen3_chat_template  # one TRL parses tool calls of (the Hub's tiny Qwen 3's)
+    reward_tokenizer = AutoTokenizer.from_pretrained(snapshot("tiny-Qwen2ForSequenceClassification-2.5"))
+    assert reward_tokenizer.chat_template == suite.STANDIN_CHAT_TEMPLATE
+
+    from hf_meds_cliff.meds.features import locate_answer_tokens
+
+    model = AutoModelForCausalLM.from_pretrained(snapshot("tiny-Qwen2ForCausalLM-2.5"))
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Complete: Beautiful is"}], add_generation_prompt=True, return_tensors="pt",
+        return_dict=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    out = model.generate(**prompt, do_sample=True, max_new_tokens=16, num_return_sequences=6, pad_token_id=151643)
+    completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
+    assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
+    assert all(151645 not in ids for ids in completions)  # EOS is not favoured: completions run to the limit

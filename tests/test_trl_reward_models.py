@@ -154,8 +154,8 @@ FORMS = ("list", "tuple", "positional", "single", "none_loaded_by_trl")
 @pytest.mark.parametrize("form", FORMS)
 def test_reward_processing_classes_forms(kind, form, reward_model, policy_tokenizer, tmp_path):
     path, rm_tokenizer = reward_model
-    if form == "tuple" and kind != "meds":
-        pytest.skip("GRPOTrainer (and Cliff, which passes it on) wraps a tuple as one processing class")
+    if form == "tuple":
+        pytest.skip("GRPOTrainer (and MEDS and Cliff, which pass it on) wraps a tuple as one processing class")
     if form == "none_loaded_by_trl":
         path = tmp_path / "rm_with_tokenizer"
         rm_tokenizer = None
@@ -365,10 +365,10 @@ def test_meds_column_with_async_rewards_weights_and_aggregation(aggregation, toy
 
 
 @needs_qwen_tokenizer
-def test_meds_column_sits_before_an_environment_owned_reward(tmp_path, monkeypatch):
-    """TRL appends an ``environment_factory``'s ``get_reward`` as one more reward column (weight 1) after the reward
-    functions it was given, which under MEDS include ``meds_penalty``: the penalty keeps its index (found by
-    identity), and every per-function list has one entry per column."""
+def test_meds_column_sits_after_an_environment_owned_reward(tmp_path, monkeypatch):
+    """TRL appends an ``environment_factory``'s ``get_reward`` as one more reward column (weight 1) after the user's
+    reward functions; MEDS appends ``meds_penalty`` after TRL's columns, so the user's and the environment's keep the
+    indices TRL gives them (issue 45), and every per-function list has one entry per column."""
     from datasets import Dataset
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from trl.chat_template_utils import qwen3_chat_template
@@ -401,13 +401,22 @@ def test_meds_column_sits_before_an_environment_owned_reward(tmp_path, monkeypat
         num_attention_heads=2, num_key_value_heads=1, head_dim=8, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "answer": "1"}] * 4)
+    # The environment's column (index 1 of TRL's list) can be MEDS's correctness; the penalty column cannot.
+    with pytest.raises(ValueError, match=r"meds_correctness_reward_index=2 but only 2 reward function\(s\)"):
+        _build(
+            "meds", Qwen3ForCausalLM(config), correct, _config("meds", tmp_path, meds_correctness_reward_index=2),
+            train_dataset=dataset, processing_class=tokenizer, environment_factory=GuessingEnvironment,
+        )  # fmt: skip
+    args = _config("meds", tmp_path, max_steps=5, reward_weights=[0.5], meds_correctness_reward_index=1)
     trainer = _build(
-        "meds", Qwen3ForCausalLM(config), correct, _config("meds", tmp_path, max_steps=5, reward_weights=[0.5]),
-        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "answer": "1"}] * 4),
-        processing_class=tokenizer, environment_factory=GuessingEnvironment,
+        "meds", Qwen3ForCausalLM(config), correct, args, train_dataset=dataset, processing_class=tokenizer,
+        environment_factory=GuessingEnvironment,
     )  # fmt: skip
-    assert trainer.reward_func_names == ["correct", "meds_penalty", "GuessingEnvironment"]
+    assert trainer.reward_func_names[args.meds_correctness_reward_index] == "GuessingEnvironment"
+    assert trainer.reward_func_names == ["correct", "GuessingEnvironment", "meds_penalty"]
     assert trainer.reward_weights.tolist() == [0.5, 1.0, 1.0]
     assert trainer.reward_processing_classes == [None, None, None]
-    assert trainer._meds_penalty_index == 1
+    assert trainer._meds_penalty_index == 2
+    assert trainer.reward_funcs[2] is trainer.meds_penalty_func
     assert "guess" in [tool.__name__ for tool in trainer.tools]

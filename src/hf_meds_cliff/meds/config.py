@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from ..dapo import DAPOConfig
@@ -70,6 +72,10 @@ class MEDSConfig(DAPOConfig):
             when absent (or `None`), prompts are identified by a stable hash of their content.
         meds_correctness_reward_index (`int`, defaults to `0`), meds_correctness_threshold (`float`, defaults to
             `1.0`): Which reward function decides correctness, and the value from which a rollout counts as correct.
+        meds_binarize_correctness (`bool`, defaults to `False`): Binarise a graded correctness reward: 1.0 when the
+            score is `>= meds_correctness_threshold`, 0.0 below (the papers' "non-binary rewards are binarised").
+            Off: a reward with more than one value on either side of the threshold is an error. `meds/frac_correct`
+            logs the fraction of rollouts counted correct either way.
         meds_save_memory (`bool`, defaults to `True`): Save the error memory with every checkpoint and restore it on
             resume.
         meds_allow_empty_memory_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
@@ -216,6 +222,16 @@ class MEDSConfig(DAPOConfig):
             "help": "A rollout is correct when its correctness reward is >= this value (1.0 for 0/1 rewards)."
         },
     )
+    meds_binarize_correctness: bool = field(
+        default=False,
+        metadata={
+            "help": "Binarise a graded correctness reward (a reward model's score, partial credit), as the papers do "
+            "with non-binary rewards: the score becomes 1.0 when >= meds_correctness_threshold and 0.0 otherwise, "
+            "for MEDS's split into correct and wrong rollouts and for the advantages (TRL logs the 0/1 value). "
+            "Off (default): the correctness reward must already be a 0/1 verdict (at most one value below the "
+            "threshold and one at or above it), and training stops on the first batch otherwise."
+        },
+    )
     meds_save_memory: bool = field(
         default=True,
         metadata={
@@ -304,6 +320,17 @@ class MEDSConfig(DAPOConfig):
         if self.meds_max_rows_per_key is not None and self.meds_max_rows_per_key < 1:
             raise ValueError(
                 f"meds_max_rows_per_key={self.meds_max_rows_per_key} must be >= 1, or None for no cap."
+            )
+        if not isinstance(self.meds_binarize_correctness, bool):
+            raise TypeError(
+                f"meds_binarize_correctness={self.meds_binarize_correctness!r} must be True or False (True: a "
+                "score counts as correct when >= meds_correctness_threshold)."
+            )
+        if self.meds_binarize_correctness and not math.isfinite(float(self.meds_correctness_threshold)):
+            raise ValueError(
+                f"meds_binarize_correctness=True needs a finite meds_correctness_threshold, got "
+                f"{self.meds_correctness_threshold!r}: set it to the score from which a rollout counts as correct "
+                "(e.g. 0.5 for scores in [0, 1])."
             )
         if self.meds_correctness_reward_index < 0:
             raise ValueError(

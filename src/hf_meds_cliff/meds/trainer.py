@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import os
@@ -19,7 +18,7 @@ from trl.trainer.utils import get_callable_name
 from .._activation_checkpointing import activation_checkpointing_disabled
 from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
 from ..code.reward import is_code_reward
-from ..correctness import check_trainer_correctness_reward
+from ..correctness import binarize_trainer_correctness, check_trainer_correctness_reward, correctness_threshold
 from ..dapo import DynamicSamplingMixin
 from ..data import problem_text, prompt_keys
 from ..model_card import MethodModelCardMixin
@@ -82,48 +81,6 @@ class MEDSPenaltyReward:
         return [None] * len(completions)
 
 
-_PROCESSING_CLASSES_POSITION = (
-    list(inspect.signature(GRPOTrainer.__init__).parameters).index("reward_processing_classes") - 4
-)
-"""Position of ``reward_processing_classes`` among the arguments after ``(model, reward_funcs, args)``."""
-
-
-def _with_penalty_processing_class(trainer_args: tuple, trainer_kwargs: dict, num_user_funcs: int):
-    """``GRPOTrainer``'s remaining arguments with ``reward_processing_classes`` extended by ``None`` for the
-    ``meds_penalty`` column (a callable, whose entry TRL ignores), whether it was passed by keyword or position.
-
-    Accepts what ``GRPOTrainer`` accepts for the user's reward functions: ``None`` (left as is: TRL then uses
-    ``None`` for every function and loads each reward model's tokenizer), one processing class (for a single reward
-    function) or a list with one entry per user reward function (a tuple too).
-    """
-    positional = len(trainer_args) > _PROCESSING_CLASSES_POSITION
-    classes = (
-        trainer_args[_PROCESSING_CLASSES_POSITION]
-        if positional
-        else trainer_kwargs.get("reward_processing_classes")
-    )
-    if classes is None:
-        return trainer_args, trainer_kwargs
-    classes = list(classes) if isinstance(classes, (list, tuple)) else [classes]
-    if len(classes) != num_user_funcs:
-        raise ValueError(
-            f"The number of reward processing classes ({len(classes)}) must match the number of reward functions "
-            f"({num_user_funcs}): give one per reward function, None for a plain function (MEDS adds its own "
-            "`meds_penalty` column and its entry itself: do not count it). A single processing class (not a list) "
-            "is for a single reward function."
-        )
-    classes.append(None)
-    if positional:
-        trainer_args = (
-            *trainer_args[:_PROCESSING_CLASSES_POSITION],
-            classes,
-            *trainer_args[_PROCESSING_CLASSES_POSITION + 1 :],
-        )
-    else:
-        trainer_kwargs = {**trainer_kwargs, "reward_processing_classes": classes}
-    return trainer_args, trainer_kwargs
-
-
 _MEDS_ON_CODE_MESSAGE = (
     "MEDS cannot shape code rollouts ({found}): its feature is the model's layer logits at the first token of the "
     "final answer (the '{{' of the last \\boxed{{), and a program has no such token, so every rollout would go "
@@ -141,9 +98,11 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
 
     Overrides (each calls ``super()``):
 
-    * ``__init__``: appends the :class:`MEDSPenaltyReward` column (weight 1.0 to ``args.reward_weights`` and
-      ``None`` to ``reward_processing_classes`` when given, so every form ``GRPOTrainer`` accepts keeps working,
-      reward models with their own tokenizers included), builds the :class:`ErrorMemory`, resolves the decoder
+    * ``__init__``: passes the user's reward functions to ``super()`` as they are (so TRL's own checks and errors
+      apply, and an ``environment_factory`` whose environment owns the reward via ``get_reward`` can be the only
+      reward source), then appends the :class:`MEDSPenaltyReward` column last, as TRL appends an environment-owned
+      reward (``None`` in ``reward_processing_classes``, weight 1.0 in ``reward_weights``); the correctness reward
+      may be any of TRL's columns, an environment's included. Builds the :class:`ErrorMemory`, resolves the decoder
       layers.
     * ``_generate``: keeps the prompt token ids of the batch (to build feature inputs) and locates the
       answer token of each completion; on tool-calling rollouts (TRL's ``tool_mask``) in the final assistant
@@ -217,20 +176,12 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 "MEDSConfig.from_grpo_config(your_grpo_config, meds_alpha=0.1, ...) (every GRPOConfig field is kept), "
                 "or build a MEDSConfig directly."
             )
+        # No reward_funcs is fine when an environment_factory's environment owns the reward (its get_reward):
+        # TRL appends that column itself, and raises its own "No reward source provided" when there is neither.
         if reward_funcs is None:
-            raise ValueError(
-                "MEDSGRPOTrainer needs reward_funcs: the verifiable reward that defines correctness."
-            )
-        user_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        if not args.meds_correctness_reward_index < len(user_funcs):
-            raise ValueError(
-                f"meds_correctness_reward_index={args.meds_correctness_reward_index} but only {len(user_funcs)} "
-                "reward function(s) were given; point it at the verifiable correctness reward."
-            )
-        if is_code_reward(user_funcs[args.meds_correctness_reward_index]):
-            raise ValueError(
-                _MEDS_ON_CODE_MESSAGE.format(found="the correctness reward is a CodeTestsReward")
-            )
+            user_funcs = []
+        else:
+            user_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
         user_weights = args.reward_weights
         if user_weights is not None and len(user_weights) != len(user_funcs):
             names = [
@@ -239,7 +190,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             raise ValueError(
                 f"reward_weights has {len(user_weights)} value(s) ({list(user_weights)}) but {len(user_funcs)} reward "
                 f"function(s) were passed ({names}); give one weight per reward function. (MEDS adds its own "
-                "`meds_penalty` column with weight 1.0 itself: do not count it.)"
+                "`meds_penalty` column with weight 1.0 itself, and TRL an environment-owned reward's with weight 1.0: "
+                "do not count them.)"
             )
         if any(
             not isinstance(f, (str, torch.nn.Module)) and get_callable_name(f) == PENALTY_COLUMN
@@ -249,21 +201,20 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 f"A reward function is named {PENALTY_COLUMN!r}, the name of MEDS's own penalty column: "
                 "TRL would log both under the same rewards/ key. Rename yours (its __name__)."
             )
-        trainer_args, trainer_kwargs = _with_penalty_processing_class(
-            trainer_args, trainer_kwargs, num_user_funcs=len(user_funcs)
-        )
-        self.meds_penalty_func = MEDSPenaltyReward()
-        if user_weights is not None:
-            args.reward_weights = [*user_weights, 1.0]  # the penalty column has weight 1
-        try:
-            super().__init__(
-                model, [*user_funcs, self.meds_penalty_func], args, *trainer_args, **trainer_kwargs
+        super().__init__(model, user_funcs or None, args, *trainer_args, **trainer_kwargs)
+        # TRL's reward columns: the user's functions, then one per environment class that owns its reward.
+        if not args.meds_correctness_reward_index < len(self.reward_funcs):
+            raise ValueError(
+                f"meds_correctness_reward_index={args.meds_correctness_reward_index} but only "
+                f"{len(self.reward_funcs)} reward function(s) were given ({self.reward_func_names}: the reward_funcs, "
+                "then each environment-owned get_reward); point it at the verifiable correctness reward."
             )
-        finally:
-            args.reward_weights = user_weights  # TRL has read them; leave the user's config as it was
-        self._meds_penalty_index = next(
-            i for i, f in enumerate(self.reward_funcs) if f is self.meds_penalty_func
-        )
+        if is_code_reward(self.reward_funcs[args.meds_correctness_reward_index]):
+            raise ValueError(
+                _MEDS_ON_CODE_MESSAGE.format(found="the correctness reward is a CodeTestsReward")
+            )
+        self.meds_penalty_func = MEDSPenaltyReward()
+        self._meds_append_penalty_column()
         if self.multi_objective_aggregation == "normalize_then_sum":
             logger.warning(
                 "multi_objective_aggregation='normalize_then_sum': TRL normalises every reward column per group on "
@@ -303,6 +254,16 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._meds_correctness_checked = False  # the first training batch checks the reward is 0/1
         self._meds_local_rule_codes = torch.zeros(0, dtype=torch.long)  # this process's rows, see _meds_rule_codes
         self._meds_warned_boxed_without_feature = False
+
+    def _meds_append_penalty_column(self) -> None:
+        """Append the ``meds_penalty`` column last in every per-function list of TRL (``reward_funcs``,
+        ``reward_func_names``, ``reward_processing_classes``: ``None``, ``reward_weights``: 1.0), as TRL appends an
+        environment-owned reward: the user's columns and TRL's environment columns keep their indices."""
+        self.reward_funcs.append(self.meds_penalty_func)
+        self.reward_func_names.append(PENALTY_COLUMN)
+        self.reward_processing_classes.append(None)
+        self.reward_weights = torch.cat([self.reward_weights, torch.ones(1)])
+        self._meds_penalty_index = len(self.reward_funcs) - 1
 
     # ------------------------------------------------------------------------------------------
     # Features
@@ -538,6 +499,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         those alone. Evaluation batches get a zero penalty and do not touch the memory.
         """
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        binarize_trainer_correctness(self, rewards_per_func)  # meds_binarize_correctness; logs meds/frac_correct
         if self.model.training:
             penalties = self._meds_shape(inputs, prompts, completion_ids_list, rewards_per_func)
         else:
@@ -562,7 +524,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         """Log ``meds/advantage_shift`` and ``meds/frac_groups_differentiated`` (see ``meds/diagnostics.py``)."""
         correctness = rewards_per_func[:, self.args.meds_correctness_reward_index].double().cpu().numpy()
         with np.errstate(invalid="ignore"):
-            is_correct = correctness >= self.args.meds_correctness_threshold  # NaN -> False (not penalised)
+            is_correct = correctness >= correctness_threshold(self)  # NaN -> False (not penalised)
         diagnostics = meds_advantage_diagnostics(
             rewards_per_func.double().cpu().numpy(),
             self._meds_penalty_index,
@@ -614,7 +576,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._meds_check_correctness(correctness_reward)
         graded = ~torch.isnan(correctness_reward)
         featured = has_feature & graded
-        is_correct = (correctness_reward >= args.meds_correctness_threshold).numpy()
+        is_correct = (correctness_reward >= correctness_threshold(self)).numpy()
         # Groups whose correctness has no variance (all wrong or all right): the reference never trains on them
         # (DAPO's filter on accuracy), so by default the penalty gives them no advantage.
         uniform = torch.from_numpy(uniform_correctness_rows(is_correct, self.num_generations, graded.numpy()))
