@@ -262,7 +262,8 @@ def test_domain_is_read_from_the_reward_or_set_and_checked(tmp_path, qwen_tokeni
                                 teacher=OpenAICompatibleTeacher("http://127.0.0.1:9/v1", "m"))  # fmt: skip
     assert math_trainer.cliff_domain == "math" and math_trainer.cliff_judge.describe_failure is None
     forced = code_trainer(tmp_path, qwen_tokenizer, reward_funcs=[binary], cliff_domain="code")
-    assert forced.cliff_domain == "code" and forced.cliff_judge.split is split_code_units
+    # The judge's splitter numbers tool-calling rollouts by their own units and every other text by the domain's.
+    assert forced.cliff_domain == "code" and forced.cliff_judge.split.fallback is split_code_units
     # The built teacher prompts for the run's domain; a teacher built for another domain is refused.
     built = code_trainer(
         tmp_path, qwen_tokenizer, cliff_teacher="http", cliff_teacher_base_url="http://127.0.0.1:9/v1",

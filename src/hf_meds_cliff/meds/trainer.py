@@ -201,6 +201,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 f"A reward function is named {PENALTY_COLUMN!r}, the name of MEDS's own penalty column: "
                 "TRL would log both under the same rewards/ key. Rename yours (its __name__)."
             )
+        # Refused before TRL loads the model; an environment-owned reward (TRL's later columns) is never a code reward.
+        index = args.meds_correctness_reward_index
+        if index < len(user_funcs) and is_code_reward(user_funcs[index]):
+            raise ValueError(_MEDS_ON_CODE_MESSAGE.format(found="the correctness reward is a CodeTestsReward"))
         super().__init__(model, user_funcs or None, args, *trainer_args, **trainer_kwargs)
         # TRL's reward columns: the user's functions, then one per environment class that owns its reward.
         if not args.meds_correctness_reward_index < len(self.reward_funcs):
@@ -208,10 +212,6 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 f"meds_correctness_reward_index={args.meds_correctness_reward_index} but only "
                 f"{len(self.reward_funcs)} reward function(s) were given ({self.reward_func_names}: the reward_funcs, "
                 "then each environment-owned get_reward); point it at the verifiable correctness reward."
-            )
-        if is_code_reward(self.reward_funcs[args.meds_correctness_reward_index]):
-            raise ValueError(
-                _MEDS_ON_CODE_MESSAGE.format(found="the correctness reward is a CodeTestsReward")
             )
         self.meds_penalty_func = MEDSPenaltyReward()
         self._meds_append_penalty_column()
@@ -372,7 +372,6 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         tokenizer that splits ``\\boxed{`` unlike Qwen's, or truncated boxed completions under
         ``mask_truncated_completions``)."""
         metrics = self._metrics["train"]
-        self._meds_log_agentic()
         num = len(rule_codes)
         decoded_name = "decoded_fallback" if self.args.meds_answer_token == "auto" else "decoded"
         located_reference = int((rule_codes == RULE_CODES["reference"]).sum())
@@ -635,6 +634,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self.meds_last_cluster_sizes = cluster_sizes
         self.meds_last_penalties = penalties.numpy().copy()
         self._meds_log_rules(rule_codes)
+        self._meds_log_agentic()
         self._meds_log(
             features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
         )
