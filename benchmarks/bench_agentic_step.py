@@ -164,15 +164,9 @@ def run_once(method: str, setting: str, tokenizer, args: argparse.Namespace) -> 
 
 
 def machine() -> dict:
-    flags = []
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = sorted(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
+    from hf_meds_cliff.machine import cpu_model_and_flags
+
+    flags = sorted(cpu_model_and_flags()[1])
     import torch
     import transformers
     import trl

@@ -235,18 +235,10 @@ def measure_extraction(size: int, repeats: int, old_size: int, old_size_units: i
 
 
 def _cpu_info() -> dict:
-    info = {"model": platform.processor() or None, "flags": None}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and info["model"] in (None, "", "x86_64"):
-            info["model"] = value.strip()
-        if key.strip() in ("flags", "Features") and info["flags"] is None:
-            info["flags"] = value.split()
-    return info
+    from hf_meds_cliff.machine import cpu_model_and_flags
+
+    model, flags = cpu_model_and_flags()
+    return {"model": model or None, "flags": flags or None}
 
 
 def _version(name: str) -> str | None:

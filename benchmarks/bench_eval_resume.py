@@ -33,14 +33,12 @@ def machine() -> dict:
     import torch
     import trl
 
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    fields = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        fields.setdefault(key.strip(), value.strip())
+    from hf_meds_cliff.machine import cpu_model_and_flags
+
+    cpu, flags = cpu_model_and_flags()
     return {
-        "cpu": fields.get("model name") or platform.processor(),
-        "cpu_flags": fields.get("flags", ""),
+        "cpu": cpu,
+        "cpu_flags": " ".join(flags),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -102,16 +102,9 @@ def simulated_power(
 def machine() -> dict:
     import torch
 
-    flags: list[str] = []
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = line.split(":", 1)[1].split()
-    except OSError:
-        pass
+    from hf_meds_cliff.machine import cpu_model_and_flags
+
+    model, flags = cpu_model_and_flags()
     return {
         "cpu": model,
         "cpu_flags_bf16": sorted(f for f in flags if "bf16" in f or f.startswith(("amx", "avx512f", "avx2"))),

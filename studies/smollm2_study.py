@@ -386,16 +386,9 @@ def machine() -> dict:
     import transformers
     import trl
 
-    flags: list[str] = []
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = line.split(":", 1)[1].split()
-    except OSError:
-        pass
+    from hf_meds_cliff.machine import cpu_model_and_flags
+
+    cpu, flags = cpu_model_and_flags()
     return {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
