@@ -180,7 +180,11 @@ def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_t
     assert saved == json.loads((output_dir / "checkpoint-2" / "cliff_state.json").read_text())
     assert len(saved["references"]) == 4 and set(saved["references"].values()) == {VERDICT}
     assert len(saved["judgments"]) == 8
-    assert all(j == {"first_mistake": 1, "agreed": True, "judged": True} for j in saved["judgments"].values())
+    # The cached judgment keeps the teacher's verdict too (GRPO with Teacher reads it after a resume): a located
+    # first mistake is a "wrong" verdict.
+    assert all(
+        j == {"first_mistake": 1, "agreed": True, "judged": True, "verdict": False} for j in saved["judgments"].values()
+    )
     assert saved == trainer.cliff_judge.state_dict()
     # ... and a run resumed from it (one more step, teacher still down) starts with exactly those caches.
     dead_teacher = OpenAICompatibleTeacher(served_teacher.base_url, served_teacher.folder, max_retries=0)
