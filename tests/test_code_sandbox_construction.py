@@ -9,11 +9,18 @@ unittest's discovery in the program's folder).
 """
 
 import hashlib
+import tempfile
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
-from test_code_sandbox_hostile import limits, no_harness_left_behind  # noqa: F401 - autouse fixture
+from test_code_sandbox_hostile import (  # noqa: F401 - autouse fixture
+    limits,
+    needs_isolation,
+    no_harness_left_behind,
+    processes_with,
+)
 
 from hf_meds_cliff.code import SandboxLimits, run_tests, sandbox
 
@@ -23,6 +30,7 @@ SETUPS = [
     ("auto", "fork_server"),
     ("auto", "exec"),
     ("auto", "exec_fallback"),
+    ("auto", "exec_without_clone"),
     ("none", "fork_server"),
     ("none", "exec"),
     ("none", "exec_fallback"),
@@ -38,11 +46,29 @@ def setup_limits(setup, monkeypatch, **changes) -> SandboxLimits:
     """The limits of one (isolation, start method) setup; ``exec_fallback`` makes the fork server fail to
     start, so that the caller falls back to starting an interpreter (as it does on a machine that refuses it)."""
     isolation, method = setup
+    if method == "exec_without_clone":
+        monkeypatch.setattr(sandbox, "HARNESS_PATH", harness_without_clone())
+        method = "exec"
     if method == "exec_fallback":
         monkeypatch.setattr(sandbox, "_ForkServer", _NoForkServer)
         monkeypatch.setattr(sandbox, "_fork_server", None)
         method = "fork_server"
     return limits(isolation, start_method=method, **changes)
+
+
+def harness_without_clone() -> str:
+    """A copy of the harness that does not know any machine's clone(2): the zygote is started through the
+    helper process H (``unshare(CLONE_NEWPID)``, fork), the path of machines other than x86_64, aarch64 and
+    riscv64. Run with the exec start method (a fork server of its own would outlive the test)."""
+    folder = Path(tempfile.mkdtemp(prefix="hf-meds-cliff-harness-"))
+    for name in ("_harness.py", "_inside.py", "_wire.py"):
+        text = (Path(sandbox.HARNESS_PATH).parent / name).read_text()
+        if name == "_harness.py":
+            known = 'SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}'
+            assert known in text
+            text = text.replace(known, "SYS_CLONE = {}")
+        (folder / name).write_text(text)
+    return str(folder / "_harness.py")
 
 
 # Finds every occurrence of PREFIX in its own memory (read with process_vm_readv, as ctypes would) and reports whether one of them
@@ -253,3 +279,33 @@ def test_every_test_gets_a_fresh_folder(isolation):
         program, [{"input": "", "output": "fresh"}] * 3, limits=limits(isolation), stop_at_first_failure=False
     )
     assert [case.status for case in result.results] == ["passed"] * 3, result.results
+
+
+@needs_isolation
+@pytest.mark.parametrize("method", ["fork_server", "exec", "exec_without_clone"])
+def test_the_zygote_is_init_of_the_programs_pid_namespace(method, monkeypatch):
+    """Under isolation every test's process is a child of PID 1 of a PID namespace that holds nothing else
+    (the zygote, made by one clone(CLONE_NEWPID), or through the helper process where clone is not known):
+    the checker and the grader are not there to signal, and the zygote cannot be signalled from inside."""
+    program = textwrap.dedent(
+        """
+        import os, signal
+        try:
+            os.kill(1, signal.SIGKILL)  # refused, or dropped by the kernel: the zygote lives on
+        except OSError:
+            pass
+        print(os.getppid(), os.getpid())
+        """
+    )
+    result = run_tests(
+        program,
+        [{"input": "", "output": "1 2"}, {"input": "", "output": "1 3"}],
+        limits=setup_limits(("auto", method), monkeypatch),
+        stop_at_first_failure=False,
+    )
+    assert result.isolated, result
+    # the program's first process is the namespace's second; the second test's comes from the same zygote
+    assert [case.status for case in result.results] == ["passed", "passed"], result.results
+    assert result.memory_bound == "per_program_watchdog", result
+    if method == "exec_without_clone":
+        assert not processes_with(sandbox.HARNESS_PATH), "the helper-process harness left processes behind"

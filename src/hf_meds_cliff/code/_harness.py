@@ -12,16 +12,18 @@ runs inside the test processes (the program's runtime, the assert checker) is in
 The process tree, and every descriptor each process holds (under isolation; ``job["isolate"]``)::
 
     caller ──job/answers (2 pipes)──> B0 (host namespaces)
-                                       │ fork; B0 writes B1's uid/gid maps
-                                       B1: unshare(user, mount, net, pid, ipc, uts)
-                                       │ fork
+                                       │ clone(new user, mount, net, pid, ipc, uts namespaces);
+                                       │ B0 writes B2's uid/gid maps (where clone(2)'s calling
+                                       │ convention is not known here: fork B1, B1 unshares, B0
+                                       │ writes B1's maps, B1 forks B2)
       ┌─────────────────────────────── B2 = PID 1 of namespace A: THE CHECKER
       │  holds: the caller's 2 pipes, the zygote socket, per test the program's
       │  stdin/stdout/stderr ends and (assert tests) the grader's result and
       │  stderr pipes. Reads the tests. Alone answers the caller.
       │
-      ├─ fork, before any test is read ── H: unshare(pid) ── fork ──> Z
-      │     Z = PID 1 of namespace B: THE ZYGOTE (H exits; Z is re-parented to B2)
+      ├─ clone(NEWPID), before any test is read ──> Z
+      │     Z = PID 1 of namespace B: THE ZYGOTE (where clone(2)'s calling convention is not known
+      │     here: fork H, H unshare(pid), fork Z, H exits and Z is re-parented to B2)
       │     holds: 0, 1, 2 = /dev/null and its socket to B2, nothing else;
       │     its memory: the job (program, setup code, limits), never a test
       │
@@ -46,7 +48,7 @@ caller, and a verdict's every input comes from B2, G or Z (wait statuses, resour
 compiler in B2); P's bytes are only ever the program's output, compared in the caller, or the program's
 answers to calls.
 
-Without namespaces (``isolate`` false, or ``unshare`` refused: *limits-only mode*) B0 is the checker and
+Without namespaces (``isolate`` false, or the namespaces refused: *limits-only mode*) B0 is the checker and
 forks Z directly; Z is a child subreaper (instead of a namespace's init) and kills what P left behind after
 each test; G and P run as a fresh uid when the caller is root. Every level dies with the one above it
 (``PR_SET_PDEATHSIG``); B2 stops as soon as its stdin reaches end of file (the caller is gone); when PID 1
@@ -100,6 +102,12 @@ SYS_KEYCTL = {
     "s390x": 280,
 }
 KEYCTL_JOIN_SESSION_KEYRING = 1
+# clone(2)'s number on the machines where its first argument is the flags; elsewhere the zygote is started
+# through a helper process (see Zygote)
+SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}
+# A PyDLL call keeps the GIL: a child made by a raw clone resumes as this (only) thread, holding it.
+_libc_gil_held = ctypes.PyDLL(None, use_errno=True)
+_libc_gil_held.syscall.restype = ctypes.c_long
 
 # Captured before any program runs: a program may rebind os.read/os.write/os._exit, not these references.
 _read, _write, _exit, _close, _dup2 = os.read, os.write, os._exit, os.close, os.dup2
@@ -350,20 +358,37 @@ def _program_process(job, code, prelude, fds, status_w):
     _exit(125)
 
 
+def _fork_as_pid_namespace_init():
+    """``clone(CLONE_NEWPID)`` with fork's semantics: 0 in the child, which is PID 1 of a new PID namespace;
+    the child's pid in the parent; -1 where refused or where this machine's clone(2) is not known here.
+    Only for a single-threaded process (the checker is): the child skips Python's after-fork bookkeeping,
+    which matters only to other threads and to ``os.register_at_fork`` hooks, and every process it forks
+    with ``os.fork`` runs those hooks again."""
+    number = SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        return -1
+    flags = ctypes.c_ulong(CLONE_NEWPID | signal.SIGCHLD)
+    return _libc_gil_held.syscall(ctypes.c_long(number), flags, None, None, None, None)
+
+
 class Zygote:
     """The checker's handle on Z: started before any test is read (see the module docstring)."""
 
     def __init__(self, job, code, prelude, new_pid_namespace):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.fd, their_fd = ours.detach(), theirs.detach()
-        pid = os.fork()
+        # Z forked straight into a new PID namespace (one process), or through H where clone is not known
+        pid = _fork_as_pid_namespace_init() if new_pid_namespace else -1
+        cloned = pid >= 0
+        if not cloned:
+            pid = os.fork()
         if pid == 0:
             try:
                 null = os.open(os.devnull, os.O_RDWR)
                 for target in (0, 1, 2):
                     _dup2(null, target)
                 _keep_only((0, 1, 2, their_fd))
-                if new_pid_namespace:
+                if new_pid_namespace and not cloned:
                     # H: Z becomes PID 1 of a new PID namespace (or, where refused, a plain subreaper); H
                     # exits at once and Z is re-parented to the checker, the init of the namespace above.
                     created = _libc.unshare(CLONE_NEWPID) == 0
@@ -376,9 +401,9 @@ class Zygote:
                 _exit(1)
         _close(their_fd)
         self.sock = socket.socket(fileno=self.fd)
-        self.kind = "subreaper"
+        self.kind = "pid_namespace" if cloned else "subreaper"
         self.pid = pid
-        if new_pid_namespace:
+        if new_pid_namespace and not cloned:
             _, status = os.waitpid(pid, 0)  # H
             self.kind = (
                 "pid_namespace" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "subreaper"
@@ -995,76 +1020,117 @@ def _write_map(path, text):
         handle.write(text)
 
 
+def _serve_as_namespace_init(job, control, setup_w):
+    """B2, PID 1 of the new namespaces (uid 0 there): confine the filesystem, report to B0, serve."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_DUMPABLE, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
+    owner = job["run_as_uid"] or 0
+    try:
+        hidden, failures, proc = _confine_filesystem(
+            job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
+        )
+        socket.sethostname("sandbox")
+    except BaseException as error:  # noqa: BLE001 - reported to B0, which serves without isolation
+        _write_all(setup_w, b"0" + f"{type(error).__name__}: {error}".encode(errors="replace"))
+        _exit(1)
+    _write_all(setup_w, b"1")
+    os.close(setup_w)
+    isolation = {
+        "isolated": True,
+        "reason": None,
+        "hidden_homes": hidden,
+        "readonly_failures": failures,
+        "proc": proc,
+        "network_reachable": _network_reachable(),
+    }
+    serve(job, control, True, isolation)
+    _exit(0)
+
+
+def _become_root_when_mapped(go_r):
+    """In the new user namespace: wait until B0 wrote the uid/gid maps, then take uid and gid 0 there."""
+    if _read(go_r, 1) != b"1":
+        _exit(1)
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+
+
+def _clone_into_namespaces(flags):
+    """``clone(flags)`` with fork's semantics (see :func:`_fork_as_pid_namespace_init`): 0 in the child,
+    its pid in the parent; ``(-1, errno)`` where refused; ``None`` where this machine's clone(2) is unknown."""
+    number = SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        return None
+    pid = _libc_gil_held.syscall(
+        ctypes.c_long(number), ctypes.c_ulong(flags | signal.SIGCHLD), None, None, None, None
+    )
+    return (pid, ctypes.get_errno()) if pid < 0 else (pid, 0)
+
+
 def isolate_and_serve(job, control):
-    """B0: fork B1 into new namespaces, map its ids, wait. Returns False if namespaces are refused."""
+    """B0: create B2 in new namespaces (one clone, or through B1 where clone(2) is unknown here), map its
+    ids, wait. Returns the reason if namespaces are refused."""
     ready_r, ready_w = os.pipe()  # B1 -> B0: unshare done (b"1") or refused (b"0" + reason)
-    go_r, go_w = os.pipe()  # B0 -> B1: maps written
+    go_r, go_w = os.pipe()  # B0 -> B1 or B2: maps written
     setup_r, setup_w = os.pipe()  # B2 -> B0: confined and serving (b"1") or failed (b"0" + reason)
-    pid = os.fork()
-    if pid == 0:  # B1
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    cloned = _clone_into_namespaces(flags)
+    if cloned is not None:
+        pid, code = cloned
+        if pid == 0:  # B2, made directly: PID 1 of the new namespaces
+            try:
+                for fd in (ready_r, ready_w, go_w, setup_r):
+                    os.close(fd)
+                _become_root_when_mapped(go_r)
+                _serve_as_namespace_init(job, control, setup_w)
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+            _exit(1)
         os.close(ready_r)
-        os.close(go_w)
-        os.close(setup_r)
-        flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-        if _libc.unshare(flags) != 0:
-            reason = os.strerror(ctypes.get_errno())
-            _write_all(ready_w, b"0" + reason.encode())
-            _exit(0)
-        _write_all(ready_w, b"1")
         os.close(ready_w)
-        if _read(go_r, 1) != b"1":
-            _exit(1)
-        try:
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after the credential change, which clears it
-            init = os.fork()
-            if init == 0:  # B2: PID 1 of the new namespace
-                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                _prctl(PR_SET_DUMPABLE, 0)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
-                owner = job["run_as_uid"] or 0
-                try:
-                    hidden, failures, proc = _confine_filesystem(
-                        job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
-                    )
-                    socket.sethostname("sandbox")
-                except BaseException as error:  # noqa: BLE001 - reported to B0, which serves without isolation
-                    _write_all(setup_w, b"0" + f"{type(error).__name__}: {error}".encode(errors="replace"))
-                    _exit(1)
-                _write_all(setup_w, b"1")
-                os.close(setup_w)
-                isolation = {
-                    "isolated": True,
-                    "reason": None,
-                    "hidden_homes": hidden,
-                    "readonly_failures": failures,
-                    "proc": proc,
-                    "network_reachable": _network_reachable(),
-                }
-                serve(job, control, True, isolation)
+        answer = b"1" if pid > 0 else b"0" + os.strerror(code).encode()
+    else:
+        pid = os.fork()
+        if pid == 0:  # B1
+            os.close(ready_r)
+            os.close(go_w)
+            os.close(setup_r)
+            if _libc.unshare(flags) != 0:
+                reason = os.strerror(ctypes.get_errno())
+                _write_all(ready_w, b"0" + reason.encode())
                 _exit(0)
-            os.close(setup_w)
-            _, status = os.waitpid(init, 0)
-            _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
-            _exit(1)
-    os.close(ready_w)
+            _write_all(ready_w, b"1")
+            os.close(ready_w)
+            try:
+                _become_root_when_mapped(go_r)
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # set after the credential change, which clears it
+                init = os.fork()
+                if init == 0:  # B2: PID 1 of the new namespace
+                    _serve_as_namespace_init(job, control, setup_w)
+                os.close(setup_w)
+                _, status = os.waitpid(init, 0)
+                _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+                _exit(1)
+        os.close(ready_w)
+        answer = b""
+        while True:
+            chunk = _read(ready_r, 4096)
+            if not chunk:
+                break
+            answer += chunk
+            if answer[:1] == b"1":
+                break
     os.close(go_r)
-    answer = b""
-    while True:
-        chunk = _read(ready_r, 4096)
-        if not chunk:
-            break
-        answer += chunk
-        if answer[:1] == b"1":
-            break
     if answer[:1] != b"1":
-        os.waitpid(pid, 0)
+        if pid > 0:
+            os.waitpid(pid, 0)
         os.close(setup_r)
         os.close(setup_w)
+        os.close(go_w)
         return answer[1:].decode(errors="replace") or "unshare failed"
     try:
         sandbox_uid = job.get("sandbox_uid")
@@ -1081,6 +1147,7 @@ def isolate_and_serve(job, control):
         os.waitpid(pid, 0)
         os.close(setup_r)
         os.close(setup_w)
+        os.close(go_w)
         return f"writing the uid/gid maps failed: {error}"
     _write_all(go_w, b"1")
     os.close(go_w)
