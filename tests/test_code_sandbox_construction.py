@@ -22,7 +22,7 @@ from test_code_sandbox_hostile import (  # noqa: F401 - autouse fixture
     processes_with,
 )
 
-from hf_meds_cliff.code import SandboxLimits, run_tests, sandbox
+from hf_meds_cliff.code import SandboxLimits, run_tests, run_tests_batch, sandbox
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -309,3 +309,16 @@ def test_the_zygote_is_init_of_the_programs_pid_namespace(method, monkeypatch):
     assert result.memory_bound == "per_program_watchdog", result
     if method == "exec_without_clone":
         assert not processes_with(sandbox.HARNESS_PATH), "the helper-process harness left processes behind"
+
+
+def test_a_batch_returns_only_when_every_sandbox_is_gone(tmp_path, monkeypatch):
+    """``run_tests_batch`` hands each finished sandbox's wait-until-gone to one closing thread (so that a worker
+    starts its next program meanwhile); it returns only after every one ended and its folder was removed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    server = {sandbox._fork_server.process.pid} if sandbox._fork_server is not None else set()
+    jobs = [(f"print(int(input()) + {i})", [{"input": "1", "output": str(1 + i)}]) for i in range(6)]
+    results = run_tests_batch(jobs, max_workers=2, limits=limits("auto"))
+    assert [result.passed for result in results] == [True] * 6, results
+    server |= {sandbox._fork_server.process.pid} if sandbox._fork_server is not None else set()
+    assert not [pid for pid in processes_with(sandbox.HARNESS_PATH) if pid not in server]
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith("hf-meds-cliff-code-")]

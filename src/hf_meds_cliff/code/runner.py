@@ -8,7 +8,7 @@ import dataclasses
 import json
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _wire
@@ -299,6 +299,32 @@ def run_tests(
     Raises:
         ValueError: malformed tests or arguments (never a silent 0).
     """
+    return _run_tests(
+        program,
+        tests,
+        None,
+        fn_name=fn_name,
+        limits=limits,
+        stop_at_first_failure=stop_at_first_failure,
+        max_tests=max_tests,
+        livecodebench_imports=livecodebench_imports,
+    )
+
+
+def _run_tests(
+    program: str | None,
+    tests: Any,
+    closer: Callable[[Callable[[], None]], Any] | None,
+    *,
+    fn_name: str | None = None,
+    limits: SandboxLimits | None = None,
+    stop_at_first_failure: bool = True,
+    max_tests: int | None = None,
+    livecodebench_imports: bool = True,
+) -> TestRunResult:
+    """:func:`run_tests`; with a ``closer``, the wait for the finished harness to be gone (and the removal of
+    its folder) is handed to ``closer`` instead of done here: its input is closed before this returns, so it
+    ends on its own, and the batch waits for every hand-off before it returns."""
     if program is not None and not isinstance(program, str):
         raise TypeError(f"program must be the source text or None, got {type(program).__name__}")
     limits = SandboxLimits() if limits is None else limits
@@ -320,32 +346,40 @@ def run_tests(
     results: list[TestCaseResult] = []
     isolated = False
     memory_bound = None
+    harness = None
     try:
-        with HarnessProcess(limits) as harness:
-            ready = harness.start(job)
-            isolated = bool(ready.get("isolated"))
-            memory_bound = ready.get("memory_bound")
-            warn_if_not_isolated(ready, limits)
-            if not isolated and limits.isolation == "required":
-                reason = f"isolation required but unavailable: {ready.get('reason')}"
-                results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
-                return TestRunResult.from_results(
-                    results, len(selected), isolated=False, memory_bound=memory_bound
-                )
-            for index, case in selected:
-                try:
-                    answer = harness.run(case.input, compare_bytes(parsed, case, limits))
-                except SandboxError as error:
-                    results.append(_sandbox_error(parsed, index, case, str(error)))
-                    break
-                result = grade(parsed, index, case, answer, limits)
-                results.append(result)
-                if not result.passed and stop_at_first_failure:
-                    break
+        harness = HarnessProcess(limits)
+        ready = harness.start(job)
+        isolated = bool(ready.get("isolated"))
+        memory_bound = ready.get("memory_bound")
+        warn_if_not_isolated(ready, limits)
+        if not isolated and limits.isolation == "required":
+            reason = f"isolation required but unavailable: {ready.get('reason')}"
+            results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
+            return TestRunResult.from_results(
+                results, len(selected), isolated=False, memory_bound=memory_bound
+            )
+        for index, case in selected:
+            try:
+                answer = harness.run(case.input, compare_bytes(parsed, case, limits))
+            except SandboxError as error:
+                results.append(_sandbox_error(parsed, index, case, str(error)))
+                break
+            result = grade(parsed, index, case, answer, limits)
+            results.append(result)
+            if not result.passed and stop_at_first_failure:
+                break
     except (SandboxError, OSError) as error:
         if not results and selected:
             index, case = selected[0]
             results.append(_sandbox_error(parsed, index, case, str(error)))
+    finally:
+        if harness is not None:
+            harness.end_input()
+            if closer is None:
+                harness.wait_closed()
+            else:
+                closer(harness.wait_closed)
     return TestRunResult.from_results(results, len(selected), isolated=isolated, memory_bound=memory_bound)
 
 
@@ -387,11 +421,35 @@ def run_tests_batch(
         raise ValueError(f"max_workers={max_workers!r} must be a positive integer, or None for one per core.")
     if not arguments:
         return []
-    if workers == 1 or len(arguments) == 1:
+    if len(arguments) == 1:
         return [run_tests(p, t, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(arguments))) as pool:
-        futures = [pool.submit(run_tests, p, t, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
-        return [future.result() for future in futures]
+    with _Closer() as closer:
+        if workers == 1:
+            return [_run_tests(p, t, closer, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(arguments))) as pool:
+            futures = [
+                pool.submit(_run_tests, p, t, closer, fn_name=f or fn_name, **kwargs) for p, t, f in arguments
+            ]
+            return [future.result() for future in futures]
+
+
+class _Closer:
+    """One thread that waits for finished harnesses to be gone (see :meth:`HarnessProcess.wait_closed`), so
+    that a batch's workers start the next program while the last one's processes end; leaving the ``with``
+    block waits for every one of them, so nothing of a batch outlives it."""
+
+    def __enter__(self) -> _Closer:  # noqa: PYI034
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-closer")
+        self._futures: list[concurrent.futures.Future] = []
+        return self
+
+    def __call__(self, wait_closed: Callable[[], None]) -> None:
+        self._futures.append(self._pool.submit(wait_closed))
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True)
+        for future in self._futures:
+            future.result()  # a failure to clean up is not silent
 
 
 async def arun_tests_batch(
@@ -408,11 +466,15 @@ async def arun_tests_batch(
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"max_workers={max_workers!r} must be a positive integer, or None for one per core.")
     semaphore = asyncio.Semaphore(workers)
+    closer = _Closer().__enter__()
 
     async def one(program: str | None, tests: Any, job_fn_name: str | None) -> TestRunResult:
         async with semaphore:
             return await asyncio.to_thread(
-                run_tests, program, tests, fn_name=job_fn_name or fn_name, **kwargs
+                _run_tests, program, tests, closer, fn_name=job_fn_name or fn_name, **kwargs
             )
 
-    return list(await asyncio.gather(*(one(p, t, f) for p, t, f in arguments)))
+    try:
+        return list(await asyncio.gather(*(one(p, t, f) for p, t, f in arguments)))
+    finally:
+        await asyncio.to_thread(closer.__exit__, None, None, None)

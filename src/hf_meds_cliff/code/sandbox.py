@@ -266,6 +266,7 @@ class HarnessProcess:
         os.chmod(self.workdir, 0o700)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process; closed in close()
         self._buffer = b""
+        self._closing_at: float | None = None  # when end_input closed the harness's input
         self._popen: subprocess.Popen | None = None
         job_read, self._to_harness = os.pipe()
         self._from_harness, answer_write = os.pipe()
@@ -373,9 +374,8 @@ class HarnessProcess:
             return ""
         return f": {text}" if text else ""
 
-    def _ended(self, timeout: float) -> bool:
-        """Whether every holder of the answer pipe (B0, B1, B2) is gone within ``timeout``."""
-        deadline = time.monotonic() + timeout
+    def _ended(self, deadline: float) -> bool:
+        """Whether every holder of the answer pipe (B0, B2, and B1 where it exists) is gone by ``deadline``."""
         while (remaining := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select([self._from_harness], [], [], remaining)
             if ready and not os.read(self._from_harness, 1 << 16):
@@ -383,9 +383,21 @@ class HarnessProcess:
         return False
 
     def close(self) -> None:
+        self.end_input()
+        self.wait_closed()
+
+    def end_input(self) -> None:
+        """Close the harness's input: it (or its namespace init) exits on end of input, on its own."""
+        if self._closing_at is None:
+            self._closing_at = time.monotonic()
+            os.close(self._to_harness)
+
+    def wait_closed(self, grace_s: float = 1.0) -> None:
+        """After :meth:`end_input`: wait until the harness is gone, at most ``grace_s`` from the end of its
+        input, then kill its whole session if it is not; free the descriptors and remove the folder."""
+        self.end_input()
         try:
-            os.close(self._to_harness)  # the harness (or its namespace init) exits on end of input
-            if not self._ended(1.0):
+            if not self._ended(self._closing_at + grace_s):
                 # Its session is still alive, so its id is not reused: kill all of it.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.pid, signal.SIGKILL)
