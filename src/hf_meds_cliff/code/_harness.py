@@ -459,8 +459,25 @@ class Zygote:
         return json.loads(data)
 
     def close(self):
+        """End Z (it exits when its socket closes) and reap it, killing it after a second: when the checker
+        is gone, so is every process of the program, in both modes."""
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.pid is None:
+            return
+        try:
+            pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            return  # already reaped
+        try:
+            ready, _, _ = select.select([pidfd], [], [], 1.0)
+            if not ready:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+        finally:
+            os.close(pidfd)
 
 
 def _children():
