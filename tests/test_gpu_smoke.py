@@ -1,5 +1,6 @@
-"""scripts/gpu_smoke.py fails loudly: planted failures (a skip, frozen weights, a non-finite loss, a hang) are each
-reported and make the run exit non-zero; its checks and its wheel slimming, by hand."""
+"""scripts/gpu_smoke.py fails loudly: planted failures (a skip, frozen weights, a non-finite loss, a hang, an import
+of what the bundle leaves out) are each reported and make the run exit non-zero; its checks and its wheel slimming,
+by hand."""
 
 from __future__ import annotations
 
@@ -49,6 +50,20 @@ def test_a_planted_skip_and_a_planted_hang_are_reported_and_fail_the_run(toy_pol
     env = by_case(lines)["env"]
     assert env["status"] == "fail" and env["reason"] == "timed out after 3 s"
     assert lines[-1]["summary"]["fail"] == 1
+
+
+def test_a_case_that_imports_what_the_bundle_leaves_out_fails(toy_policy_path):
+    """matplotlib is NOT_CARRIED: the GPU machine cannot import it, the CPU dry run's interpreter can, so the case's
+    own check must catch it. The same case without the plant passes (pillow, imported by transformers only where it
+    is installed, is accepted: OPTIONAL_IMPORTS)."""
+    status, lines = run_script("--policy", str(toy_policy_path), "--cases", "env", "--plant", "env=not_carried")
+    assert status == 1
+    env = by_case(lines)["env"]
+    assert env["status"] == "fail"
+    assert env["reason"].startswith("imported what the bundle does not carry (NOT_CARRIED): {")
+    assert "'matplotlib': ['matplotlib'" in env["reason"] and "pillow" not in env["reason"]
+    status, lines = run_script("--policy", str(toy_policy_path), "--cases", "env")
+    assert status == 0 and by_case(lines)["env"]["status"] == "pass"
 
 
 @pytest.mark.slow

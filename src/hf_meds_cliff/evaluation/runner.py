@@ -20,7 +20,7 @@ Output directory layout:
   unweighted average over benchmarks. Computed from ``samples.jsonl`` alone. ``settings`` records every sandbox
   limit used and where it came from (``limit_sources``); ``scoring`` how many programs were executed and how many
   verdicts were reused.
-- ``passk.csv`` and ``passk.png`` (pass@k against k on a log2 axis).
+- ``passk.csv`` and ``passk.png`` (pass@k against k on a log2 axis; ``--no_plot``: no PNG, matplotlib never imported).
 
 Resuming: re-running with the same output directory skips the problems whose ``n`` samples are all
 in ``samples.jsonl`` (partial or corrupt lines from a crash are dropped and regenerated). ``--backend openai``
@@ -334,6 +334,13 @@ class EvalArguments:
         },
     )
     progress: bool = field(default=True, metadata={"help": "Show a tqdm progress bar."})
+    plot: bool = field(
+        default=True,
+        metadata={
+            "help": "Write passk.png (needs matplotlib). --no_plot writes everything else and never imports "
+            "matplotlib (the GPU smoke bundle does not carry it)."
+        },
+    )
 
     def __post_init__(self):
         if self.compare:
@@ -1053,7 +1060,8 @@ def run_evaluation(args: EvalArguments, backend: GenerationBackend | None = None
         summary["average"] = average_summaries(benchmarks)
     (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     write_csv([(summary["model"], summary)], output_dir / CSV_FILE)
-    plot_pass_at_k([(summary["model"], summary)], output_dir / PLOT_FILE, title=summary["model"])
+    if args.plot:
+        plot_pass_at_k([(summary["model"], summary)], output_dir / PLOT_FILE, title=summary["model"])
     return summary
 
 
