@@ -189,6 +189,7 @@ def main() -> None:
     if accelerator.is_main_process:
         torch.save(result, cli.output)
     accelerator.wait_for_everyone()
+    accelerator.end_training()  # destroys the process group (see dapo_driver.py)
 
 
 if __name__ == "__main__":

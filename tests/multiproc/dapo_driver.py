@@ -86,6 +86,10 @@ def main(out_path: str) -> None:
         if trainer.accelerator.is_main_process:
             with open(out_path, "w") as handle:
                 json.dump(everything, handle)
+        # destroys the process group: a rank that exits with it alive can abort in gloo's teardown
+        # ("terminate called without an active exception"), failing a run whose results are written
+        trainer.accelerator.wait_for_everyone()
+        trainer.accelerator.end_training()
 
 
 if __name__ == "__main__":
