@@ -203,18 +203,69 @@ def test_binary_stand_in_reward_model_scores_a_hash_bit_of_the_last_token():
     model = suite._binary_reward_model(AutoModelForSequenceClassification.from_config(config), 8)
     input_ids = torch.tensor([[5, 7, 0, 0], [3, 9, 12, 0], [2, 4, 6, 11], [1, 1, 1, 2]])  # last: 7, 12, 11, 2
     scores = model(input_ids=input_ids, attention_mask=(input_ids != 0).long()).logits[:, 0]
-    # id * 2654435761 mod 2**32, shifted right by 22: 7 -> 1401181143 >> 22 = 334 (bit 0), 12 -> 1788458060 >> 22 = 426
-    # (0), 11 -> 3428989595 >> 22 = 817 (1), 2 -> 1013904226 >> 22 = 241 (1)
-    expected = [(i * 2654435761) % 2**32 >> 22 & 1 for i in (7, 12, 11, 2)]
-    assert expected == [0, 0, 1, 1]
-    assert scores.tolist() == [0.0, 0.0, 1.0, 1.0]
-    # The completions TRL's tests script get both verdicts (re-tokenised last ids): truncation masking (368, 44662,
-    # 18; parity, the old rule, scored all three 0), the tool tests ('!' = 0 twice, ' tool' = 5392), the
-    # environment tests ('!' twice, 'increment' = 16252).
-    verdicts = lambda ids: suite.binary_verdict(torch.tensor(ids)).tolist()  # noqa: E731
-    assert verdicts([368, 44662, 18]) == [False, True, True]
-    assert verdicts([0, 0, 5392]) == [False, False, True]
-    assert verdicts([0, 0, 16252]) == [False, False, True]
+    # (id + 1) * 2654435761 mod 2**32, shifted right by 16: 7 -> 4055616904 >> 16 = 61883 (bit 1), 12 -> 147926525
+    # >> 16 = 2257 (1), 11 -> 1788458060 >> 16 = 27289 (1), 2 -> 3668339987 >> 16 = 55974 (0)
+    expected = [((i + 1) * 2654435761) % 2**32 >> 16 & 1 for i in (7, 12, 11, 2)]
+    assert expected == [1, 1, 1, 0]
+    assert scores.tolist() == [1.0, 1.0, 1.0, 0.0]
+    # Every group of completions TRL's tests script gets both verdicts (the last ids the reward model sees, measured):
+    # truncation masking (368, 44662, 18; parity, the first rule, scored all three 0), the tool tests ('!' = 0
+    # twice, ' tool' = 5392), the environment factory ('!' twice, 'increment' = 16252), the counter group of the
+    # multiple-environments test ('!', "'t" = 944) and the malformed tool calls ('</tool_call>' = 151658, '>' = 29);
+    # bit 22 without the offset (stand-ins v5) scored the last two groups all alike, and GRPO failed both tests.
+    verdicts = lambda ids: suite.binary_verdict(torch.tensor(ids)).long().tolist()  # noqa: E731
+    assert verdicts([368, 44662, 18]) == [0, 1, 0]
+    assert verdicts([0, 0, 5392]) == [1, 1, 0]
+    assert verdicts([0, 0, 16252]) == [1, 1, 0]
+    assert verdicts([0, 944]) == [1, 0]
+    assert verdicts([151658, 29, 151658]) == [1, 0, 1]
+    v5 = lambda ids: [(i * 2654435761) % 2**32 >> 22 & 1 for i in ids]  # noqa: E731
+    assert v5([0, 944]) == [0, 0] and v5([151658, 29]) == [1, 1]
+
+
+_PAGE_FAULTS = """
+import resource, torch
+from trl.kernels import ChunkedLogProbFunction  # what TRL >= 1.14 scores log-probabilities with, on CPU in torch ops
+
+hidden, weight = torch.randn(320, 16, requires_grad=True), torch.randn(32768, 16, requires_grad=True)
+targets = torch.randint(0, 32768, (320,))
+
+
+def step():  # forward and backward over one [320, 32768] tile: 42 MB per temporary, as in a tool test (~100 MB)
+    ChunkedLogProbFunction.apply(hidden, weight, None, targets, 1.0, 32768, None, 1.0, ("log_probs",))[0].sum().backward()
+
+
+step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_pytest_processes_reuse_freed_memory(tmp_path, monkeypatch):
+    """The trainers' pytest processes get :data:`MALLOC_ENVIRONMENT`: the pages of TRL's log-probability temporaries
+    are reused from one step to the next, where glibc's defaults return them to the kernel and fault them in again
+    (zeroed) for every temporary. Measured, over 4 steps after the first: 660,000 page faults with glibc's defaults,
+    0 to 61,000 with the settings (where the heap's holes fall varies from run to run)."""
+    pytest.importorskip("trl.kernels", reason="the chunked log-probability kernel came with TRL 1.14")
+    for key in suite.MALLOC_ENVIRONMENT:
+        monkeypatch.delenv(key, raising=False)
+    environment = suite.trainer_environment("meds", tmp_path)
+    assert environment["TRL_PEER_TRAINER"] == "meds" and environment["HF_HUB_CACHE"] == str(tmp_path)
+    assert environment["MALLOC_MMAP_MAX_"] == "0"
+
+    def page_faults(env):
+        return int(subprocess.run([sys.executable, "-c", _PAGE_FAULTS], env=env, check=True, capture_output=True,
+                                  text=True).stdout)  # fmt: skip
+
+    plain = {key: value for key, value in environment.items() if key not in suite.MALLOC_ENVIRONMENT}
+    freed, kept = page_faults(plain), page_faults(environment)
+    assert freed >= 4 * 320 * 32768 * 4 // 2**21  # at least one fault per 2 MB of one temporary per step
+    assert kept * 4 < freed
+    # A setting the user made wins.
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "7")
+    assert suite.trainer_environment("grpo", tmp_path)["MALLOC_MMAP_MAX_"] == "7"
 
 
 @needs_qwen_tokenizer

@@ -227,7 +227,7 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
-STANDIN_VERSION = 5
+STANDIN_VERSION = 6
 """Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
 STANDIN_CHAT_TEMPLATE = (
     "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
@@ -361,20 +361,26 @@ def _tiny_config(model_type: str, vocab_size: int, pad_token_id: int, **extra):
     return AutoConfig.for_model(model_type, **values)
 
 
-VERDICT_MULTIPLIER, VERDICT_BIT = 2654435761, 22
-""":func:`binary_verdict`: bit 22 of ``id × 2654435761 mod 2**32`` (Knuth's multiplicative hash)."""
+VERDICT_MULTIPLIER, VERDICT_OFFSET, VERDICT_BIT = 2654435761, 1, 16
+""":func:`binary_verdict`: bit 16 of ``(id + 1) × 2654435761 mod 2**32`` (Knuth's multiplicative hash of the id plus
+one: every bit of ``0 × 2654435761`` is 0, so without the offset the id 0, ``!``, would score 0 under every bit)."""
 
 
 def binary_verdict(token_ids):
     """The binary stand-in reward model's verdict on a sequence's last token id: a pseudo-random bit of the id
     (:data:`VERDICT_BIT` of its multiplicative hash), like a random reward model's sign but exactly 0/1.
 
-    The bit is chosen so that the completions TRL's tests script get both verdicts, as Hub-like random scores differ:
-    with parity (the earlier rule) ``test_train_with_mask_truncated_completions`` ends its completions in the even ids
-    368, 44662 and 18 (re-tokenised), and the tool tests theirs in ``!`` (0, "Done!") and `` tool`` (5392) or
-    ``increment`` (16252): every reward equal, no advantage, and GRPO failed its "parameters changed" checks. Here
-    those get [0, 1, 1], [0, 0, 1] and [0, 0, 1]; the digits the stand-in policies favour get both verdicts too."""
-    return (token_ids * VERDICT_MULTIPLIER) % 2**32 // 2**VERDICT_BIT % 2 == 1
+    The offset and bit are chosen so that in every group of completions TRL's tests script the reward model sees both
+    verdicts, as Hub-like random scores differ; where all of a group's rewards are equal there is no advantage, and
+    GRPO fails its "parameters changed" checks. The last ids the reward model sees (measured, re-tokenised):
+    ``test_train_with_mask_truncated_completions`` 368, 44662, 18 (parity, the first rule, scored all 0); the tool
+    tests ``!`` (0, "Done!") twice and `` tool`` (5392); ``test_train_with_environment_factory`` 0, 0 and
+    ``increment`` (16252); ``test_train_with_multiple_environments`` 0 and ``'t`` (944, "I won't") in its counter
+    group (its echo group ends in 0 twice, equal under any rule); ``test_train_with_malformed_tool_calls``
+    ``</tool_call>`` (151658), ``>`` (29), 151658. Bit 22 without offset (stand-ins v5) scored 0 and 944 both 0 and
+    151658 and 29 both 1, and GRPO failed those two tests. Here: [0, 1, 0], [1, 1, 0], [1, 1, 0], [1, 0] and
+    [1, 0, 1]; the digits the stand-in policies favour get both verdicts too."""
+    return ((token_ids + VERDICT_OFFSET) * VERDICT_MULTIPLIER) % 2**32 // 2**VERDICT_BIT % 2 == 1
 
 
 def _binary_reward_model(model, hidden_size: int):
@@ -620,18 +626,23 @@ def run_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword:
     return collect(trainer, start_trainer(trainer, suite, hub_cache, work, keyword, timeout), work)
 
 
-def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword: str | None, timeout: int):
-    """Start the pytest process of ``trainer``."""
-    report = work / f"junit-{trainer}.xml"
-    report.unlink(missing_ok=True)
-    command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
-        str(suite / "tests" / "test_grpo_trainer.py"), "-k", f"({DESELECT})" + (f" and ({keyword})" if keyword else ""),
-        f"--junitxml={report}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning", "--durations=15",
-    ]  # fmt: skip
-    if timeout:
-        command += [f"--timeout={timeout}"]
-    env = {
+MALLOC_ENVIRONMENT = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+"""glibc malloc settings for the pytest processes (a setting already in the environment wins): keep freed memory for
+reuse. On a CPU, TRL's chunked log-probability kernel (``trl/kernels/chunked_logprob.py``, TRL >= 1.14) scores every
+position of every sequence, prompt included, against 32768-row slices of the LM head, in torch element-wise ops on
+``[tokens, 32768]`` tiles: with the stand-ins' 151,680-token vocabulary (Qwen's, as on the Hub: the tool tests
+hard-code its ids) and a tool test's ~250-token sequences (Qwen 3's tool preamble), each temporary is ~100 MB. glibc
+serves allocations that size with ``mmap`` and returns them on ``free``, so the kernel zeroes fresh pages for every
+temporary of every tile: most of a tool test's time went there (system time 32 s of 59 s CPU in
+``test_train_with_tools``). With ``mmap`` off for the heap and no trimming, the pages are reused. Only the allocator
+changes: what the tests run and check is the same. ``benchmarks/bench_trl_peer_malloc.py`` measures the ratio."""
+
+
+def trainer_environment(trainer: str, hub_cache: Path) -> dict[str, str]:
+    """The environment of ``trainer``'s pytest process: offline, the stand-in cache, one thread, the trainer under
+    test (read by the conftest) and :data:`MALLOC_ENVIRONMENT`."""
+    return {
+        **MALLOC_ENVIRONMENT,
         **os.environ,
         "TRL_PEER_TRAINER": trainer,
         "HF_MEDS_CLIFF_SRC": str(REPO_ROOT / "src"),
@@ -644,6 +655,20 @@ def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keywor
         "TRL_EXPERIMENTAL_SILENCE": "1",
         "WANDB_DISABLED": "true",
     }
+
+
+def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword: str | None, timeout: int):
+    """Start the pytest process of ``trainer``."""
+    report = work / f"junit-{trainer}.xml"
+    report.unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
+        str(suite / "tests" / "test_grpo_trainer.py"), "-k", f"({DESELECT})" + (f" and ({keyword})" if keyword else ""),
+        f"--junitxml={report}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning", "--durations=15",
+    ]  # fmt: skip
+    if timeout:
+        command += [f"--timeout={timeout}"]
+    env = trainer_environment(trainer, hub_cache)
     activity, live = work / f"activity-{trainer}.jsonl", work / f"outcomes-{trainer}.jsonl"
     activity.unlink(missing_ok=True)
     live.unlink(missing_ok=True)
@@ -860,6 +885,7 @@ def main(argv: list[str] | None = None) -> dict:
         "pytest_k": f"({DESELECT})" + (f" and ({args.keyword})" if args.keyword else ""),
         "zen_train_rows": ZEN_TRAIN_ROWS,
         "stand_in_version": STANDIN_VERSION,
+        "malloc_environment": {key: os.environ.get(key, value) for key, value in MALLOC_ENVIRONMENT.items()},
         "stand_in_models": models,
         "seconds": durations,
         "deadline_s": args.deadline or None,
