@@ -298,3 +298,21 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
     completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
     assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
     assert all(151645 not in ids for ids in completions)  # EOS is not favoured: completions run to the limit
+
+
+def test_seconds_per_test_from_junit_or_from_the_live_record(tmp_path):
+    """Each test's runtime goes into the JSON: pytest's junit ``time`` when the run finished, else (stopped at the
+    deadline) the conftest's live record, summed over the phases it recorded."""
+    (tmp_path / "outcomes-meds.jsonl").write_text(
+        '{"test": "TestGRPOTrainer::test_a", "when": "call", "outcome": "passed", "message": "", "seconds": 12.5}\n'
+        '{"test": "TestGRPOTrainer::test_b", "when": "call", "outcome": "failed", "message": "x", "seconds": 3.25}\n'
+        '{"test": "TestGRPOTrainer::test_b", "when": "teardown", "outcome": "failed", "message": "y", "seconds": 0.5}\n'
+    )
+    assert suite.seconds_per_test(tmp_path, "meds") == {"TestGRPOTrainer::test_a": 12.5, "TestGRPOTrainer::test_b": 3.75}
+    (tmp_path / "junit-meds.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_grpo_trainer.TestGRPOTrainer" name="test_a" '
+        'time="14.031"/><testcase classname="tests.test_grpo_trainer.TestGRPOTrainer" name="test_b" time="4.5">'
+        '<failure message="AssertionError: x"/></testcase></testsuite></testsuites>'
+    )
+    assert suite.seconds_per_test(tmp_path, "meds") == {"TestGRPOTrainer::test_a": 14.03, "TestGRPOTrainer::test_b": 4.5}
+    assert suite.seconds_per_test(tmp_path, "cliff") == {}

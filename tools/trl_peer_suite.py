@@ -568,7 +568,7 @@ def pytest_runtest_logreport(report):
         message = report.longrepr[2]
     with open(path, "a") as stream:
         stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
-                                 "message": message}) + "\n")
+                                 "message": message, "seconds": round(report.duration, 2)}) + "\n")
 
 
 ZEN = [line for line in codecs.decode(__import__("this").s, "rot13").splitlines()[2:] if line.strip()]
@@ -707,6 +707,24 @@ def read_live_outcomes(path: Path) -> dict[str, tuple[str, str]]:
             if outcomes.get(record["test"], ("",))[0] != "failed":
                 outcomes[record["test"]] = (record["outcome"], record["message"])
     return outcomes
+
+
+def seconds_per_test(work: Path, trainer: str) -> dict[str, float]:
+    """``{test id: seconds}`` of ``trainer``'s run: pytest's junit ``time`` (setup, call and teardown), or, for a run
+    stopped at its deadline (no junit report), the conftest's record: the call's duration (and a failed setup's or
+    teardown's)."""
+    report = work / f"junit-{trainer}.xml"
+    if report.is_file():
+        return {
+            f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}": round(float(case.get("time", 0.0)), 2)
+            for case in ElementTree.parse(report).getroot().iter("testcase")
+        }
+    seconds = {}
+    path = work / f"outcomes-{trainer}.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        record = json.loads(line)
+        seconds[record["test"]] = round(seconds.get(record["test"], 0.0) + record.get("seconds", 0.0), 2)
+    return seconds
 
 
 def parse_junit(report: Path) -> dict[str, tuple[str, str]]:
@@ -895,6 +913,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     summary = {"meta": meta, "trainers": compare(results)}
     for trainer in args.trainers:
+        summary["trainers"][trainer]["test_seconds"] = seconds_per_test(work, trainer)
         if trainer != "grpo":
             summary["trainers"][trainer]["method_activity"] = method_activity(trainer, read_activity(work, trainer))
     print(markdown(summary["trainers"], meta))
