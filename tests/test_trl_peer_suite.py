@@ -298,6 +298,12 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
     completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
     assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
     assert all(151645 not in ids for ids in completions)  # EOS is not favoured: completions run to the limit
+    # Sampling is varied, as from the Hub's random models: the completions differ, and so do their last tokens and the
+    # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time).
+    assert len({tuple(ids) for ids in completions}) == 6
+    last = torch.tensor([ids[-1] for ids in completions])
+    assert len(set(last.tolist())) >= 4
+    assert set(suite.binary_verdict(last).tolist()) == {False, True}
 
 
 def test_seconds_per_test_from_junit_or_from_the_live_record(tmp_path):

@@ -227,7 +227,7 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
-STANDIN_VERSION = 6
+STANDIN_VERSION = 7
 """Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
 STANDIN_CHAT_TEMPLATE = (
     "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
@@ -241,12 +241,24 @@ LLAMA_PAD_TOKEN = "<|finetune_right_pad_id|>"
 ANSWER_MARKER_TOKEN = "\\boxed{"
 """One added token for ``\\boxed{``, so a random policy can write a final answer in one sampled token."""
 FAVOURED_TEXTS = (ANSWER_MARKER_TOKEN, *"0123456789", "}", ".", " is")
-"""What the stand-in policies mostly sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never
-writes ``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a
-final answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). EOS is not favoured:
+"""What the stand-in policies sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never writes
+``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a final
+answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). EOS is not favoured:
 completions still run to ``max_completion_length``, as with the Hub's random models."""
-FAVOURED_SCALE = 2.5
-"""Spread of the favoured LM-head rows (hidden states have norm 4): their best logit beats the 151k zero rows."""
+CONSTANT_COMPONENT = 4.0
+"""Every input embedding's first coordinate (the others keep their random initialisation, spread 0.02): it dominates
+the residual stream, so after the final norm every hidden state is close to ``(4, 0, ..., 0)``."""
+FAVOURED_LOGIT = 14.0
+"""The logit of each favoured token (its LM-head row reads only the constant coordinate), the same for every hidden
+state: 14 favoured tokens at ``e**14`` outweigh the 151k zero rows (``e**0``) about 100 to 1 (Gemma 2's final logit
+soft-capping at 30 lowers it to ~13). Stand-ins v5 and v6 gave the favoured rows random directions of spread 2.5
+instead: the logits then differed by several nats, one token took nearly all the mass, and sampling was nearly
+deterministic (16 of 18 completions in ``test_train_dataset_format[standard_prompt_only]`` were ``0.333333``), so a
+group's rewards were equal and GRPO failed "parameter has not changed" where the Hub's random models, sampling
+near-uniformly, pass."""
+MARKER_ODDS = 2.0
+"""``\\boxed{`` is sampled this many times as often as each other favoured token (1 in 8 tokens): 4 of 6 sampled
+completions of 16 tokens hold an answer token on the Qwen 2 stand-in (``tests/test_trl_peer_suite.py``)."""
 
 
 def _policy_chat_template() -> str:
@@ -255,23 +267,21 @@ def _policy_chat_template() -> str:
     return qwen3_chat_template
 
 
-MARKER_BOOST = 1.5
-"""The ``\\boxed{`` row is this much longer than the other favoured rows. Measured on the Qwen 2 stand-in, 12
-completions of 16 tokens for 4 zen prompts: 0 of 12 hold an answer token with 1.0, 9 with 1.5, 4 with 2 and 0 with 3
-(the policy then writes nothing but ``\\boxed{``)."""
+def _favour_tokens(model, token_ids: list[int], marker_id: int):
+    """Make ``model`` sample the tokens ``token_ids`` (near-uniformly, ``marker_id`` :data:`MARKER_ODDS` times as
+    often), whatever the context: a :data:`CONSTANT_COMPONENT` in every input embedding, and an (untied) LM head that
+    is zero except the rows of ``token_ids``, which read that component to give :data:`FAVOURED_LOGIT`."""
+    import math
 
-
-def _favour_tokens(model, token_ids: list[int], marker_id: int, scale: float = FAVOURED_SCALE):
-    """Zero the (untied) LM head except the rows of ``token_ids``, set to random rows of spread ``scale`` (the row of
-    ``marker_id`` :data:`MARKER_BOOST` times longer)."""
     import torch
 
     with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = CONSTANT_COMPONENT
         head = model.get_output_embeddings().weight
         head.zero_()
-        generator = torch.Generator().manual_seed(0)
-        head[token_ids] = torch.randn(len(token_ids), head.shape[1], generator=generator) * scale
-        head[marker_id] *= MARKER_BOOST
+        normed = math.sqrt(head.shape[1])  # the constant coordinate after the final RMS norm
+        head[token_ids, 0] = FAVOURED_LOGIT / normed
+        head[marker_id, 0] += math.log(MARKER_ODDS) / normed
     return model
 
 
