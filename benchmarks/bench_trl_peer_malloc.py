@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from hf_meds_cliff.machine import cpu_model_and_flags  # noqa: E402
-from trl_peer_suite import MALLOC_ENVIRONMENT  # noqa: E402
+from trl_peer_suite import MALLOC_ENVIRONMENT
+
+from hf_meds_cliff.machine import cpu_model_and_flags
 
 CHILD = """
 import json, resource, sys, time

@@ -219,7 +219,7 @@ def test_binary_stand_in_reward_model_scores_a_hash_bit_of_the_last_token():
     assert verdicts([0, 0, 16252]) == [1, 1, 0]
     assert verdicts([0, 944]) == [1, 0]
     assert verdicts([151658, 29, 151658]) == [1, 0, 1]
-    v5 = lambda ids: [(i * 2654435761) % 2**32 >> 22 & 1 for i in ids]  # noqa: E731
+    v5 = lambda ids: [(i * 2654435761) % 2**32 >> 22 & 1 for i in ids]
     assert v5([0, 944]) == [0, 0] and v5([151658, 29]) == [1, 1]
 
 
