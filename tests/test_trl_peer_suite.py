@@ -4,6 +4,7 @@ the stand-ins (TRL's tests are never part of this repository; docs/trl_peer_suit
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -139,6 +140,19 @@ PYTEST_CASES = textwrap.dedent('''
         assert len(trainer.reward_processing_classes) == 1
 
 
+    class Tokenizer:
+        def __repr__(self):
+            return "Qwen2Tokenizer(name_or_path='trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5', " + (
+                "added_tokens_decoder={...}, " * 20) + ")"
+
+
+    def test_count_extra_column_long_repr():
+        # as TRL's test_correct_reward_processing_classes_list: the "where" lines hold a tokenizer's repr twice
+        trainer = MEDSGRPOTrainer(["reward_model", "meds_penalty"])
+        trainer.reward_processing_classes = [Tokenizer(), None]
+        assert len(trainer.reward_processing_classes) == 1
+
+
     def test_message_only_in_a_source_line():
         hint = f"cliff_answer_column={'answer'!r} is not a column of the training dataset (['prompt']); assert 3 == 2"
         raise RuntimeError("the teacher endpoint is down")
@@ -146,16 +160,41 @@ PYTEST_CASES = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def junit_outcomes(tmp_path_factory):
+def peer_run(tmp_path_factory):
+    """A real pytest run of :data:`PYTEST_CASES` with the runner's outcome hook: (junit's outcomes, what the runner
+    classifies: junit's outcomes with the hook's whole messages)."""
     folder = tmp_path_factory.mktemp("peer_cases")
     (folder / "test_cases.py").write_text(PYTEST_CASES)
-    report = folder / "junit.xml"
+    (folder / "conftest.py").write_text(suite.OUTCOME_HOOK)
+    report, live = folder / "junit.xml", folder / "outcomes.jsonl"
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
          str(folder / "test_cases.py"), f"--junitxml={report}", "-o", "junit_family=xunit1"],
-        cwd=folder, capture_output=True, text=True, check=False,
+        cwd=folder, capture_output=True, text=True, check=False, env={**os.environ, "TRL_PEER_OUTCOMES": str(live)},
     )  # fmt: skip
-    return suite.parse_junit(report)
+    junit = suite.parse_junit(report)
+    return junit, suite.with_whole_messages(junit, suite.read_live_outcomes(live))
+
+
+@pytest.fixture(scope="module")
+def junit_outcomes(peer_run):
+    return peer_run[1]
+
+
+def test_a_long_assertion_explanation_is_read_whole(peer_run):
+    """pytest 9 shortens junit's message attribute to 500 characters, which cut the "where" line naming
+    ``reward_processing_classes`` in TRL's test_correct_reward_processing_classes_list and
+    test_single_reward_model_with_single_processing_class: the runner filed MEDS's extra column there as
+    "unexplained". The conftest's record holds the whole message."""
+    junit, whole = peer_run
+    test_id = "test_cases::test_count_extra_column_long_repr"
+    assert "full report in element text]" in junit[test_id][1]
+    assert suite.classify("meds", junit[test_id][1]) == "unexplained"
+    assert whole[test_id][0] == "failed" and whole[test_id][1].removeprefix("AssertionError: ").startswith("assert 2 == 1\n")
+    assert ".reward_processing_classes" in whole[test_id][1]
+    assert suite.classify("meds", whole[test_id][1]) == EXTRA_COLUMN
+    # A message that fit is the same either way, and a passing test keeps its empty one.
+    assert whole["test_cases::test_count_extra_column"] == junit["test_cases::test_count_extra_column"]
 
 
 def test_restriction_extra_column(junit_outcomes):
@@ -167,6 +206,7 @@ def test_restriction_extra_column(junit_outcomes):
     }
     assert classified == {
         "test_count_extra_column": ("failed", EXTRA_COLUMN),
+        "test_count_extra_column_long_repr": ("failed", EXTRA_COLUMN),
         "test_names_extra_column": ("failed", EXTRA_COLUMN),
         "test_weights_extra_column": ("failed", EXTRA_COLUMN),
         # meds_penalty before an environment's column: a real difference, not only one more entry

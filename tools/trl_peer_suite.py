@@ -457,6 +457,34 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
 # The suite's conftest: the trainer swap and the dataset stand-in
 # ------------------------------------------------------------------------------------------------
 
+OUTCOME_HOOK = r'''
+import json
+import os
+from pathlib import Path
+
+
+def pytest_runtest_logreport(report):
+    """Each test's outcome as it happens (the junit report is written only at the end): the runner reads these when
+    it stops a run at its deadline, and their messages always: the crash's whole ``ExceptionType: message``, which
+    junit's ``message`` attribute shortens to 500 characters (pytest 9)."""
+    path = os.environ.get("TRL_PEER_OUTCOMES")
+    if not path or not (report.when == "call" or report.outcome != "passed"):
+        return
+    parts = report.nodeid.split("::")
+    test_id = "::".join(parts[1:]) if len(parts) == 3 else f"{Path(parts[0]).stem}::{parts[-1]}"
+    message = ""
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2]
+    with open(path, "a") as stream:
+        stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
+                                 "message": message, "seconds": round(report.duration, 2)}) + "\n")
+'''
+"""The conftest's record of each test's outcome (:func:`read_live_outcomes`), written as it happens."""
+
+
 CONFTEST = r'''
 """Written by hf-meds-cliff's tools/trl_peer_suite.py: swaps the trainer under test into TRL's GRPO tests."""
 import ast
@@ -562,23 +590,7 @@ def _record_method_activity(request):
     with open(path, "a") as stream:
         stream.write(json.dumps(record) + "\n")
 
-def pytest_runtest_logreport(report):
-    """Each test's outcome as it happens (the junit report is written only at the end): the runner reads these when
-    it stops a run at its deadline. The message is what junit's would be: the crash's ``ExceptionType: message``."""
-    path = os.environ.get("TRL_PEER_OUTCOMES")
-    if not path or not (report.when == "call" or report.outcome != "passed"):
-        return
-    parts = report.nodeid.split("::")
-    test_id = "::".join(parts[1:]) if len(parts) == 3 else f"{Path(parts[0]).stem}::{parts[-1]}"
-    message = ""
-    if report.failed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
-    elif report.skipped and isinstance(report.longrepr, tuple):
-        message = report.longrepr[2]
-    with open(path, "a") as stream:
-        stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
-                                 "message": message, "seconds": round(report.duration, 2)}) + "\n")
+# {OUTCOME_HOOK}
 
 
 ZEN = [line for line in codecs.decode(__import__("this").s, "rot13").splitlines()[2:] if line.strip()]
@@ -612,7 +624,7 @@ def load_dataset(path, name=None, split=None, streaming=False, **kwargs):
 
 
 datasets.load_dataset = load_dataset
-'''.replace("{ZEN_TRAIN_ROWS}", str(ZEN_TRAIN_ROWS))
+'''.replace("{ZEN_TRAIN_ROWS}", str(ZEN_TRAIN_ROWS)).replace("# {OUTCOME_HOOK}\n", OUTCOME_HOOK)
 
 
 def write_suite(work: Path, files: dict[str, str]) -> Path:
@@ -705,7 +717,22 @@ def collect(
     if not report.is_file():
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
         raise SystemExit(f"pytest wrote no report for {trainer}; the end of {log}:\n{tail}")
-    return parse_junit(report)
+    return with_whole_messages(parse_junit(report), read_live_outcomes(work / f"outcomes-{trainer}.jsonl"))
+
+
+def with_whole_messages(
+    outcomes: dict[str, tuple[str, str]], live: dict[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """``outcomes`` (from junit) with each failure's message taken from the conftest's record where it has one:
+    pytest 9 shortens junit's ``message`` attribute to 500 characters ("[+2 more lines; full report in element
+    text]"), which can cut the "where" lines that name the list an assertion counted (a tokenizer's repr is long),
+    and the rest of the element text is the traceback, never read."""
+    merged = {}
+    for test_id, (outcome, raised) in outcomes.items():
+        recorded_outcome, recorded = live.get(test_id, ("", ""))
+        whole = outcome == "failed" and recorded_outcome == "failed" and recorded
+        merged[test_id] = (outcome, recorded if whole else raised)
+    return merged
 
 
 def read_live_outcomes(path: Path) -> dict[str, tuple[str, str]]:
