@@ -4,6 +4,7 @@ the stand-ins (TRL's tests are never part of this repository; docs/trl_peer_suit
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -139,6 +140,19 @@ PYTEST_CASES = textwrap.dedent('''
         assert len(trainer.reward_processing_classes) == 1
 
 
+    class Tokenizer:
+        def __repr__(self):
+            return "Qwen2Tokenizer(name_or_path='trl-internal-testing/tiny-Qwen2ForSequenceClassification-2.5', " + (
+                "added_tokens_decoder={...}, " * 20) + ")"
+
+
+    def test_count_extra_column_long_repr():
+        # as TRL's test_correct_reward_processing_classes_list: the "where" lines hold a tokenizer's repr twice
+        trainer = MEDSGRPOTrainer(["reward_model", "meds_penalty"])
+        trainer.reward_processing_classes = [Tokenizer(), None]
+        assert len(trainer.reward_processing_classes) == 1
+
+
     def test_message_only_in_a_source_line():
         hint = f"cliff_answer_column={'answer'!r} is not a column of the training dataset (['prompt']); assert 3 == 2"
         raise RuntimeError("the teacher endpoint is down")
@@ -146,16 +160,41 @@ PYTEST_CASES = textwrap.dedent('''
 
 
 @pytest.fixture(scope="module")
-def junit_outcomes(tmp_path_factory):
+def peer_run(tmp_path_factory):
+    """A real pytest run of :data:`PYTEST_CASES` with the runner's outcome hook: (junit's outcomes, what the runner
+    classifies: junit's outcomes with the hook's whole messages)."""
     folder = tmp_path_factory.mktemp("peer_cases")
     (folder / "test_cases.py").write_text(PYTEST_CASES)
-    report = folder / "junit.xml"
+    (folder / "conftest.py").write_text(suite.OUTCOME_HOOK)
+    report, live = folder / "junit.xml", folder / "outcomes.jsonl"
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
          str(folder / "test_cases.py"), f"--junitxml={report}", "-o", "junit_family=xunit1"],
-        cwd=folder, capture_output=True, text=True, check=False,
+        cwd=folder, capture_output=True, text=True, check=False, env={**os.environ, "TRL_PEER_OUTCOMES": str(live)},
     )  # fmt: skip
-    return suite.parse_junit(report)
+    junit = suite.parse_junit(report)
+    return junit, suite.with_whole_messages(junit, suite.read_live_outcomes(live))
+
+
+@pytest.fixture(scope="module")
+def junit_outcomes(peer_run):
+    return peer_run[1]
+
+
+def test_a_long_assertion_explanation_is_read_whole(peer_run):
+    """pytest 9 shortens junit's message attribute to 500 characters, which cut the "where" line naming
+    ``reward_processing_classes`` in TRL's test_correct_reward_processing_classes_list and
+    test_single_reward_model_with_single_processing_class: the runner filed MEDS's extra column there as
+    "unexplained". The conftest's record holds the whole message."""
+    junit, whole = peer_run
+    test_id = "test_cases::test_count_extra_column_long_repr"
+    assert "full report in element text]" in junit[test_id][1]
+    assert suite.classify("meds", junit[test_id][1]) == "unexplained"
+    assert whole[test_id][0] == "failed" and whole[test_id][1].removeprefix("AssertionError: ").startswith("assert 2 == 1\n")
+    assert ".reward_processing_classes" in whole[test_id][1]
+    assert suite.classify("meds", whole[test_id][1]) == EXTRA_COLUMN
+    # A message that fit is the same either way, and a passing test keeps its empty one.
+    assert whole["test_cases::test_count_extra_column"] == junit["test_cases::test_count_extra_column"]
 
 
 def test_restriction_extra_column(junit_outcomes):
@@ -167,6 +206,7 @@ def test_restriction_extra_column(junit_outcomes):
     }
     assert classified == {
         "test_count_extra_column": ("failed", EXTRA_COLUMN),
+        "test_count_extra_column_long_repr": ("failed", EXTRA_COLUMN),
         "test_names_extra_column": ("failed", EXTRA_COLUMN),
         "test_weights_extra_column": ("failed", EXTRA_COLUMN),
         # meds_penalty before an environment's column: a real difference, not only one more entry
@@ -203,18 +243,69 @@ def test_binary_stand_in_reward_model_scores_a_hash_bit_of_the_last_token():
     model = suite._binary_reward_model(AutoModelForSequenceClassification.from_config(config), 8)
     input_ids = torch.tensor([[5, 7, 0, 0], [3, 9, 12, 0], [2, 4, 6, 11], [1, 1, 1, 2]])  # last: 7, 12, 11, 2
     scores = model(input_ids=input_ids, attention_mask=(input_ids != 0).long()).logits[:, 0]
-    # id * 2654435761 mod 2**32, shifted right by 22: 7 -> 1401181143 >> 22 = 334 (bit 0), 12 -> 1788458060 >> 22 = 426
-    # (0), 11 -> 3428989595 >> 22 = 817 (1), 2 -> 1013904226 >> 22 = 241 (1)
-    expected = [(i * 2654435761) % 2**32 >> 22 & 1 for i in (7, 12, 11, 2)]
-    assert expected == [0, 0, 1, 1]
-    assert scores.tolist() == [0.0, 0.0, 1.0, 1.0]
-    # The completions TRL's tests script get both verdicts (re-tokenised last ids): truncation masking (368, 44662,
-    # 18; parity, the old rule, scored all three 0), the tool tests ('!' = 0 twice, ' tool' = 5392), the
-    # environment tests ('!' twice, 'increment' = 16252).
-    verdicts = lambda ids: suite.binary_verdict(torch.tensor(ids)).tolist()  # noqa: E731
-    assert verdicts([368, 44662, 18]) == [False, True, True]
-    assert verdicts([0, 0, 5392]) == [False, False, True]
-    assert verdicts([0, 0, 16252]) == [False, False, True]
+    # (id + 1) * 2654435761 mod 2**32, shifted right by 16: 7 -> 4055616904 >> 16 = 61883 (bit 1), 12 -> 147926525
+    # >> 16 = 2257 (1), 11 -> 1788458060 >> 16 = 27289 (1), 2 -> 3668339987 >> 16 = 55974 (0)
+    expected = [((i + 1) * 2654435761) % 2**32 >> 16 & 1 for i in (7, 12, 11, 2)]
+    assert expected == [1, 1, 1, 0]
+    assert scores.tolist() == [1.0, 1.0, 1.0, 0.0]
+    # Every group of completions TRL's tests script gets both verdicts (the last ids the reward model sees, measured):
+    # truncation masking (368, 44662, 18; parity, the first rule, scored all three 0), the tool tests ('!' = 0
+    # twice, ' tool' = 5392), the environment factory ('!' twice, 'increment' = 16252), the counter group of the
+    # multiple-environments test ('!', "'t" = 944) and the malformed tool calls ('</tool_call>' = 151658, '>' = 29);
+    # bit 22 without the offset (stand-ins v5) scored the last two groups all alike, and GRPO failed both tests.
+    verdicts = lambda ids: suite.binary_verdict(torch.tensor(ids)).long().tolist()  # noqa: E731
+    assert verdicts([368, 44662, 18]) == [0, 1, 0]
+    assert verdicts([0, 0, 5392]) == [1, 1, 0]
+    assert verdicts([0, 0, 16252]) == [1, 1, 0]
+    assert verdicts([0, 944]) == [1, 0]
+    assert verdicts([151658, 29, 151658]) == [1, 0, 1]
+    v5 = lambda ids: [(i * 2654435761) % 2**32 >> 22 & 1 for i in ids]
+    assert v5([0, 944]) == [0, 0] and v5([151658, 29]) == [1, 1]
+
+
+_PAGE_FAULTS = """
+import resource, torch
+from trl.kernels import ChunkedLogProbFunction  # what TRL >= 1.14 scores log-probabilities with, on CPU in torch ops
+
+hidden, weight = torch.randn(320, 16, requires_grad=True), torch.randn(32768, 16, requires_grad=True)
+targets = torch.randint(0, 32768, (320,))
+
+
+def step():  # forward and backward over one [320, 32768] tile: 42 MB per temporary, as in a tool test (~100 MB)
+    ChunkedLogProbFunction.apply(hidden, weight, None, targets, 1.0, 32768, None, 1.0, ("log_probs",))[0].sum().backward()
+
+
+step()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):
+    step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_pytest_processes_reuse_freed_memory(tmp_path, monkeypatch):
+    """The trainers' pytest processes get :data:`MALLOC_ENVIRONMENT`: the pages of TRL's log-probability temporaries
+    are reused from one step to the next, where glibc's defaults return them to the kernel and fault them in again
+    (zeroed) for every temporary. Measured, over 4 steps after the first: 660,000 page faults with glibc's defaults,
+    0 to 61,000 with the settings (where the heap's holes fall varies from run to run)."""
+    pytest.importorskip("trl.kernels", reason="the chunked log-probability kernel came with TRL 1.14")
+    for key in suite.MALLOC_ENVIRONMENT:
+        monkeypatch.delenv(key, raising=False)
+    environment = suite.trainer_environment("meds", tmp_path)
+    assert environment["TRL_PEER_TRAINER"] == "meds" and environment["HF_HUB_CACHE"] == str(tmp_path)
+    assert environment["MALLOC_MMAP_MAX_"] == "0"
+
+    def page_faults(env):
+        return int(subprocess.run([sys.executable, "-c", _PAGE_FAULTS], env=env, check=True, capture_output=True,
+                                  text=True).stdout)  # fmt: skip
+
+    plain = {key: value for key, value in environment.items() if key not in suite.MALLOC_ENVIRONMENT}
+    freed, kept = page_faults(plain), page_faults(environment)
+    assert freed >= 4 * 320 * 32768 * 4 // 2**21  # at least one fault per 2 MB of one temporary per step
+    assert kept * 4 < freed
+    # A setting the user made wins.
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "7")
+    assert suite.trainer_environment("grpo", tmp_path)["MALLOC_MMAP_MAX_"] == "7"
 
 
 @needs_qwen_tokenizer
@@ -247,3 +338,27 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
     completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
     assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
     assert all(151645 not in ids for ids in completions)  # EOS is not favoured: completions run to the limit
+    # Sampling is varied, as from the Hub's random models: the completions differ, and so do their last tokens and the
+    # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time).
+    assert len({tuple(ids) for ids in completions}) == 6
+    last = torch.tensor([ids[-1] for ids in completions])
+    assert len(set(last.tolist())) >= 4
+    assert set(suite.binary_verdict(last).tolist()) == {False, True}
+
+
+def test_seconds_per_test_from_junit_or_from_the_live_record(tmp_path):
+    """Each test's runtime goes into the JSON: pytest's junit ``time`` when the run finished, else (stopped at the
+    deadline) the conftest's live record, summed over the phases it recorded."""
+    (tmp_path / "outcomes-meds.jsonl").write_text(
+        '{"test": "TestGRPOTrainer::test_a", "when": "call", "outcome": "passed", "message": "", "seconds": 12.5}\n'
+        '{"test": "TestGRPOTrainer::test_b", "when": "call", "outcome": "failed", "message": "x", "seconds": 3.25}\n'
+        '{"test": "TestGRPOTrainer::test_b", "when": "teardown", "outcome": "failed", "message": "y", "seconds": 0.5}\n'
+    )
+    assert suite.seconds_per_test(tmp_path, "meds") == {"TestGRPOTrainer::test_a": 12.5, "TestGRPOTrainer::test_b": 3.75}
+    (tmp_path / "junit-meds.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_grpo_trainer.TestGRPOTrainer" name="test_a" '
+        'time="14.031"/><testcase classname="tests.test_grpo_trainer.TestGRPOTrainer" name="test_b" time="4.5">'
+        '<failure message="AssertionError: x"/></testcase></testsuite></testsuites>'
+    )
+    assert suite.seconds_per_test(tmp_path, "meds") == {"TestGRPOTrainer::test_a": 14.03, "TestGRPOTrainer::test_b": 4.5}
+    assert suite.seconds_per_test(tmp_path, "cliff") == {}

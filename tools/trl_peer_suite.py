@@ -227,7 +227,7 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
-STANDIN_VERSION = 5
+STANDIN_VERSION = 7
 """Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
 STANDIN_CHAT_TEMPLATE = (
     "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
@@ -241,12 +241,24 @@ LLAMA_PAD_TOKEN = "<|finetune_right_pad_id|>"
 ANSWER_MARKER_TOKEN = "\\boxed{"
 """One added token for ``\\boxed{``, so a random policy can write a final answer in one sampled token."""
 FAVOURED_TEXTS = (ANSWER_MARKER_TOKEN, *"0123456789", "}", ".", " is")
-"""What the stand-in policies mostly sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never
-writes ``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a
-final answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). EOS is not favoured:
+"""What the stand-in policies sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never writes
+``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a final
+answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). EOS is not favoured:
 completions still run to ``max_completion_length``, as with the Hub's random models."""
-FAVOURED_SCALE = 2.5
-"""Spread of the favoured LM-head rows (hidden states have norm 4): their best logit beats the 151k zero rows."""
+CONSTANT_COMPONENT = 4.0
+"""Every input embedding's first coordinate (the others keep their random initialisation, spread 0.02): it dominates
+the residual stream, so after the final norm every hidden state is close to ``(4, 0, ..., 0)``."""
+FAVOURED_LOGIT = 14.0
+"""The logit of each favoured token (its LM-head row reads only the constant coordinate), the same for every hidden
+state: 14 favoured tokens at ``e**14`` outweigh the 151k zero rows (``e**0``) about 100 to 1 (Gemma 2's final logit
+soft-capping at 30 lowers it to ~13). Stand-ins v5 and v6 gave the favoured rows random directions of spread 2.5
+instead: the logits then differed by several nats, one token took nearly all the mass, and sampling was nearly
+deterministic (16 of 18 completions in ``test_train_dataset_format[standard_prompt_only]`` were ``0.333333``), so a
+group's rewards were equal and GRPO failed "parameter has not changed" where the Hub's random models, sampling
+near-uniformly, pass."""
+MARKER_ODDS = 2.0
+"""``\\boxed{`` is sampled this many times as often as each other favoured token (1 in 8 tokens): 4 of 6 sampled
+completions of 16 tokens hold an answer token on the Qwen 2 stand-in (``tests/test_trl_peer_suite.py``)."""
 
 
 def _policy_chat_template() -> str:
@@ -255,23 +267,21 @@ def _policy_chat_template() -> str:
     return qwen3_chat_template
 
 
-MARKER_BOOST = 1.5
-"""The ``\\boxed{`` row is this much longer than the other favoured rows. Measured on the Qwen 2 stand-in, 12
-completions of 16 tokens for 4 zen prompts: 0 of 12 hold an answer token with 1.0, 9 with 1.5, 4 with 2 and 0 with 3
-(the policy then writes nothing but ``\\boxed{``)."""
+def _favour_tokens(model, token_ids: list[int], marker_id: int):
+    """Make ``model`` sample the tokens ``token_ids`` (near-uniformly, ``marker_id`` :data:`MARKER_ODDS` times as
+    often), whatever the context: a :data:`CONSTANT_COMPONENT` in every input embedding, and an (untied) LM head that
+    is zero except the rows of ``token_ids``, which read that component to give :data:`FAVOURED_LOGIT`."""
+    import math
 
-
-def _favour_tokens(model, token_ids: list[int], marker_id: int, scale: float = FAVOURED_SCALE):
-    """Zero the (untied) LM head except the rows of ``token_ids``, set to random rows of spread ``scale`` (the row of
-    ``marker_id`` :data:`MARKER_BOOST` times longer)."""
     import torch
 
     with torch.no_grad():
+        model.get_input_embeddings().weight[:, 0] = CONSTANT_COMPONENT
         head = model.get_output_embeddings().weight
         head.zero_()
-        generator = torch.Generator().manual_seed(0)
-        head[token_ids] = torch.randn(len(token_ids), head.shape[1], generator=generator) * scale
-        head[marker_id] *= MARKER_BOOST
+        normed = math.sqrt(head.shape[1])  # the constant coordinate after the final RMS norm
+        head[token_ids, 0] = FAVOURED_LOGIT / normed
+        head[marker_id, 0] += math.log(MARKER_ODDS) / normed
     return model
 
 
@@ -361,20 +371,26 @@ def _tiny_config(model_type: str, vocab_size: int, pad_token_id: int, **extra):
     return AutoConfig.for_model(model_type, **values)
 
 
-VERDICT_MULTIPLIER, VERDICT_BIT = 2654435761, 22
-""":func:`binary_verdict`: bit 22 of ``id × 2654435761 mod 2**32`` (Knuth's multiplicative hash)."""
+VERDICT_MULTIPLIER, VERDICT_OFFSET, VERDICT_BIT = 2654435761, 1, 16
+""":func:`binary_verdict`: bit 16 of ``(id + 1) × 2654435761 mod 2**32`` (Knuth's multiplicative hash of the id plus
+one: every bit of ``0 × 2654435761`` is 0, so without the offset the id 0, ``!``, would score 0 under every bit)."""
 
 
 def binary_verdict(token_ids):
     """The binary stand-in reward model's verdict on a sequence's last token id: a pseudo-random bit of the id
     (:data:`VERDICT_BIT` of its multiplicative hash), like a random reward model's sign but exactly 0/1.
 
-    The bit is chosen so that the completions TRL's tests script get both verdicts, as Hub-like random scores differ:
-    with parity (the earlier rule) ``test_train_with_mask_truncated_completions`` ends its completions in the even ids
-    368, 44662 and 18 (re-tokenised), and the tool tests theirs in ``!`` (0, "Done!") and `` tool`` (5392) or
-    ``increment`` (16252): every reward equal, no advantage, and GRPO failed its "parameters changed" checks. Here
-    those get [0, 1, 1], [0, 0, 1] and [0, 0, 1]; the digits the stand-in policies favour get both verdicts too."""
-    return (token_ids * VERDICT_MULTIPLIER) % 2**32 // 2**VERDICT_BIT % 2 == 1
+    The offset and bit are chosen so that in every group of completions TRL's tests script the reward model sees both
+    verdicts, as Hub-like random scores differ; where all of a group's rewards are equal there is no advantage, and
+    GRPO fails its "parameters changed" checks. The last ids the reward model sees (measured, re-tokenised):
+    ``test_train_with_mask_truncated_completions`` 368, 44662, 18 (parity, the first rule, scored all 0); the tool
+    tests ``!`` (0, "Done!") twice and `` tool`` (5392); ``test_train_with_environment_factory`` 0, 0 and
+    ``increment`` (16252); ``test_train_with_multiple_environments`` 0 and ``'t`` (944, "I won't") in its counter
+    group (its echo group ends in 0 twice, equal under any rule); ``test_train_with_malformed_tool_calls``
+    ``</tool_call>`` (151658), ``>`` (29), 151658. Bit 22 without offset (stand-ins v5) scored 0 and 944 both 0 and
+    151658 and 29 both 1, and GRPO failed those two tests. Here: [0, 1, 0], [1, 1, 0], [1, 1, 0], [1, 0] and
+    [1, 0, 1]; the digits the stand-in policies favour get both verdicts too."""
+    return ((token_ids + VERDICT_OFFSET) * VERDICT_MULTIPLIER) % 2**32 // 2**VERDICT_BIT % 2 == 1
 
 
 def _binary_reward_model(model, hidden_size: int):
@@ -440,6 +456,34 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 # The suite's conftest: the trainer swap and the dataset stand-in
 # ------------------------------------------------------------------------------------------------
+
+OUTCOME_HOOK = r'''
+import json
+import os
+from pathlib import Path
+
+
+def pytest_runtest_logreport(report):
+    """Each test's outcome as it happens (the junit report is written only at the end): the runner reads these when
+    it stops a run at its deadline, and their messages always: the crash's whole ``ExceptionType: message``, which
+    junit's ``message`` attribute shortens to 500 characters (pytest 9)."""
+    path = os.environ.get("TRL_PEER_OUTCOMES")
+    if not path or not (report.when == "call" or report.outcome != "passed"):
+        return
+    parts = report.nodeid.split("::")
+    test_id = "::".join(parts[1:]) if len(parts) == 3 else f"{Path(parts[0]).stem}::{parts[-1]}"
+    message = ""
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
+    elif report.skipped and isinstance(report.longrepr, tuple):
+        message = report.longrepr[2]
+    with open(path, "a") as stream:
+        stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
+                                 "message": message, "seconds": round(report.duration, 2)}) + "\n")
+'''
+"""The conftest's record of each test's outcome (:func:`read_live_outcomes`), written as it happens."""
+
 
 CONFTEST = r'''
 """Written by hf-meds-cliff's tools/trl_peer_suite.py: swaps the trainer under test into TRL's GRPO tests."""
@@ -546,23 +590,7 @@ def _record_method_activity(request):
     with open(path, "a") as stream:
         stream.write(json.dumps(record) + "\n")
 
-def pytest_runtest_logreport(report):
-    """Each test's outcome as it happens (the junit report is written only at the end): the runner reads these when
-    it stops a run at its deadline. The message is what junit's would be: the crash's ``ExceptionType: message``."""
-    path = os.environ.get("TRL_PEER_OUTCOMES")
-    if not path or not (report.when == "call" or report.outcome != "passed"):
-        return
-    parts = report.nodeid.split("::")
-    test_id = "::".join(parts[1:]) if len(parts) == 3 else f"{Path(parts[0]).stem}::{parts[-1]}"
-    message = ""
-    if report.failed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        message = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
-    elif report.skipped and isinstance(report.longrepr, tuple):
-        message = report.longrepr[2]
-    with open(path, "a") as stream:
-        stream.write(json.dumps({"test": test_id, "when": report.when, "outcome": report.outcome,
-                                 "message": message}) + "\n")
+# {OUTCOME_HOOK}
 
 
 ZEN = [line for line in codecs.decode(__import__("this").s, "rot13").splitlines()[2:] if line.strip()]
@@ -596,7 +624,7 @@ def load_dataset(path, name=None, split=None, streaming=False, **kwargs):
 
 
 datasets.load_dataset = load_dataset
-'''.replace("{ZEN_TRAIN_ROWS}", str(ZEN_TRAIN_ROWS))
+'''.replace("{ZEN_TRAIN_ROWS}", str(ZEN_TRAIN_ROWS)).replace("# {OUTCOME_HOOK}\n", OUTCOME_HOOK)
 
 
 def write_suite(work: Path, files: dict[str, str]) -> Path:
@@ -620,18 +648,23 @@ def run_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword:
     return collect(trainer, start_trainer(trainer, suite, hub_cache, work, keyword, timeout), work)
 
 
-def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword: str | None, timeout: int):
-    """Start the pytest process of ``trainer``."""
-    report = work / f"junit-{trainer}.xml"
-    report.unlink(missing_ok=True)
-    command = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
-        str(suite / "tests" / "test_grpo_trainer.py"), "-k", f"({DESELECT})" + (f" and ({keyword})" if keyword else ""),
-        f"--junitxml={report}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning", "--durations=15",
-    ]  # fmt: skip
-    if timeout:
-        command += [f"--timeout={timeout}"]
-    env = {
+MALLOC_ENVIRONMENT = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+"""glibc malloc settings for the pytest processes (a setting already in the environment wins): keep freed memory for
+reuse. On a CPU, TRL's chunked log-probability kernel (``trl/kernels/chunked_logprob.py``, TRL >= 1.14) scores every
+position of every sequence, prompt included, against 32768-row slices of the LM head, in torch element-wise ops on
+``[tokens, 32768]`` tiles: with the stand-ins' 151,680-token vocabulary (Qwen's, as on the Hub: the tool tests
+hard-code its ids) and a tool test's ~250-token sequences (Qwen 3's tool preamble), each temporary is ~100 MB. glibc
+serves allocations that size with ``mmap`` and returns them on ``free``, so the kernel zeroes fresh pages for every
+temporary of every tile: most of a tool test's time went there (system time 32 s of 59 s CPU in
+``test_train_with_tools``). With ``mmap`` off for the heap and no trimming, the pages are reused. Only the allocator
+changes: what the tests run and check is the same. ``benchmarks/bench_trl_peer_malloc.py`` measures the ratio."""
+
+
+def trainer_environment(trainer: str, hub_cache: Path) -> dict[str, str]:
+    """The environment of ``trainer``'s pytest process: offline, the stand-in cache, one thread, the trainer under
+    test (read by the conftest) and :data:`MALLOC_ENVIRONMENT`."""
+    return {
+        **MALLOC_ENVIRONMENT,
         **os.environ,
         "TRL_PEER_TRAINER": trainer,
         "HF_MEDS_CLIFF_SRC": str(REPO_ROOT / "src"),
@@ -644,6 +677,20 @@ def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keywor
         "TRL_EXPERIMENTAL_SILENCE": "1",
         "WANDB_DISABLED": "true",
     }
+
+
+def start_trainer(trainer: str, suite: Path, hub_cache: Path, work: Path, keyword: str | None, timeout: int):
+    """Start the pytest process of ``trainer``."""
+    report = work / f"junit-{trainer}.xml"
+    report.unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(suite),
+        str(suite / "tests" / "test_grpo_trainer.py"), "-k", f"({DESELECT})" + (f" and ({keyword})" if keyword else ""),
+        f"--junitxml={report}", "-o", "junit_family=xunit1", "-W", "ignore::DeprecationWarning", "--durations=15",
+    ]  # fmt: skip
+    if timeout:
+        command += [f"--timeout={timeout}"]
+    env = trainer_environment(trainer, hub_cache)
     activity, live = work / f"activity-{trainer}.jsonl", work / f"outcomes-{trainer}.jsonl"
     activity.unlink(missing_ok=True)
     live.unlink(missing_ok=True)
@@ -670,7 +717,22 @@ def collect(
     if not report.is_file():
         tail = "".join(log.read_text().splitlines(keepends=True)[-20:])
         raise SystemExit(f"pytest wrote no report for {trainer}; the end of {log}:\n{tail}")
-    return parse_junit(report)
+    return with_whole_messages(parse_junit(report), read_live_outcomes(work / f"outcomes-{trainer}.jsonl"))
+
+
+def with_whole_messages(
+    outcomes: dict[str, tuple[str, str]], live: dict[str, tuple[str, str]]
+) -> dict[str, tuple[str, str]]:
+    """``outcomes`` (from junit) with each failure's message taken from the conftest's record where it has one:
+    pytest 9 shortens junit's ``message`` attribute to 500 characters ("[+2 more lines; full report in element
+    text]"), which can cut the "where" lines that name the list an assertion counted (a tokenizer's repr is long),
+    and the rest of the element text is the traceback, never read."""
+    merged = {}
+    for test_id, (outcome, raised) in outcomes.items():
+        recorded_outcome, recorded = live.get(test_id, ("", ""))
+        whole = outcome == "failed" and recorded_outcome == "failed" and recorded
+        merged[test_id] = (outcome, recorded if whole else raised)
+    return merged
 
 
 def read_live_outcomes(path: Path) -> dict[str, tuple[str, str]]:
@@ -682,6 +744,24 @@ def read_live_outcomes(path: Path) -> dict[str, tuple[str, str]]:
             if outcomes.get(record["test"], ("",))[0] != "failed":
                 outcomes[record["test"]] = (record["outcome"], record["message"])
     return outcomes
+
+
+def seconds_per_test(work: Path, trainer: str) -> dict[str, float]:
+    """``{test id: seconds}`` of ``trainer``'s run: pytest's junit ``time`` (setup, call and teardown), or, for a run
+    stopped at its deadline (no junit report), the conftest's record: the call's duration (and a failed setup's or
+    teardown's)."""
+    report = work / f"junit-{trainer}.xml"
+    if report.is_file():
+        return {
+            f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}": round(float(case.get("time", 0.0)), 2)
+            for case in ElementTree.parse(report).getroot().iter("testcase")
+        }
+    seconds = {}
+    path = work / f"outcomes-{trainer}.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        record = json.loads(line)
+        seconds[record["test"]] = round(seconds.get(record["test"], 0.0) + record.get("seconds", 0.0), 2)
+    return seconds
 
 
 def parse_junit(report: Path) -> dict[str, tuple[str, str]]:
@@ -860,6 +940,7 @@ def main(argv: list[str] | None = None) -> dict:
         "pytest_k": f"({DESELECT})" + (f" and ({args.keyword})" if args.keyword else ""),
         "zen_train_rows": ZEN_TRAIN_ROWS,
         "stand_in_version": STANDIN_VERSION,
+        "malloc_environment": {key: os.environ.get(key, value) for key, value in MALLOC_ENVIRONMENT.items()},
         "stand_in_models": models,
         "seconds": durations,
         "deadline_s": args.deadline or None,
@@ -869,6 +950,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     summary = {"meta": meta, "trainers": compare(results)}
     for trainer in args.trainers:
+        summary["trainers"][trainer]["test_seconds"] = seconds_per_test(work, trainer)
         if trainer != "grpo":
             summary["trainers"][trainer]["method_activity"] = method_activity(trainer, read_activity(work, trainer))
     print(markdown(summary["trainers"], meta))
