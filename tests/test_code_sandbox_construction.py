@@ -8,7 +8,10 @@ frames, saw files of the previous test, and the grader imported a module the pro
 unittest's discovery in the program's folder).
 """
 
+import atexit
+import functools
 import hashlib
+import shutil
 import tempfile
 import textwrap
 import uuid
@@ -56,11 +59,14 @@ def setup_limits(setup, monkeypatch, **changes) -> SandboxLimits:
     return limits(isolation, start_method=method, **changes)
 
 
+@functools.cache
 def harness_without_clone() -> str:
-    """A copy of the harness that does not know any machine's clone(2): the zygote is started through the
-    helper process H (``unshare(CLONE_NEWPID)``, fork), the path of machines other than x86_64, aarch64 and
-    riscv64. Run with the exec start method (a fork server of its own would outlive the test)."""
+    """A copy of the harness that does not know any machine's clone(2): B2 and the zygote are made through the
+    helper processes B1 and H (``unshare``, then fork), the path of machines other than x86_64, aarch64 and
+    riscv64. Run with the exec start method (a fork server of its own would outlive the test). One copy per
+    test session, removed when it ends."""
     folder = Path(tempfile.mkdtemp(prefix="hf-meds-cliff-harness-"))
+    atexit.register(shutil.rmtree, folder, True)
     for name in ("_harness.py", "_inside.py", "_wire.py"):
         text = (Path(sandbox.HARNESS_PATH).parent / name).read_text()
         if name == "_harness.py":

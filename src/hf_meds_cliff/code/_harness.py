@@ -102,8 +102,8 @@ SYS_KEYCTL = {
     "s390x": 280,
 }
 KEYCTL_JOIN_SESSION_KEYRING = 1
-# clone(2)'s number on the machines where its first argument is the flags; elsewhere the zygote is started
-# through a helper process (see Zygote)
+# clone(2)'s number on the machines where its first argument is the flags; elsewhere B2 and the zygote are
+# made through helper processes (B1, H: see isolate_and_serve and Zygote)
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}
 # A PyDLL call keeps the GIL: a child made by a raw clone resumes as this (only) thread, holding it.
 _libc_gil_held = ctypes.PyDLL(None, use_errno=True)
@@ -358,30 +358,17 @@ def _program_process(job, code, prelude, fds, status_w):
     _exit(125)
 
 
-def _fork_as_pid_namespace_init():
-    """``clone(CLONE_NEWPID)`` with fork's semantics: 0 in the child, which is PID 1 of a new PID namespace;
-    the child's pid in the parent; -1 where refused or where this machine's clone(2) is not known here.
-    Only for a single-threaded process (the checker is): the child skips Python's after-fork bookkeeping,
-    which matters only to other threads and to ``os.register_at_fork`` hooks, and every process it forks
-    with ``os.fork`` runs those hooks again."""
-    number = SYS_CLONE.get(os.uname().machine)
-    if number is None:
-        return -1
-    flags = ctypes.c_ulong(CLONE_NEWPID | signal.SIGCHLD)
-    return _libc_gil_held.syscall(ctypes.c_long(number), flags, None, None, None, None)
-
-
 class Zygote:
     """The checker's handle on Z: started before any test is read (see the module docstring)."""
 
     def __init__(self, job, code, prelude, new_pid_namespace):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.fd, their_fd = ours.detach(), theirs.detach()
-        # Z forked straight into a new PID namespace (one process), or through H where clone is not known
-        pid = _fork_as_pid_namespace_init() if new_pid_namespace else -1
-        cloned = pid >= 0
-        if not cloned:
-            pid = os.fork()
+        # Z cloned straight into a new PID namespace (one process), or through H where clone is not known
+        # here or refused (H then finds out which)
+        made = _clone_into_namespaces(CLONE_NEWPID) if new_pid_namespace else None
+        cloned = made is not None and made[0] >= 0
+        pid = made[0] if cloned else os.fork()
         if pid == 0:
             try:
                 null = os.open(os.devnull, os.O_RDWR)
@@ -1075,8 +1062,11 @@ def _become_root_when_mapped(go_r):
 
 
 def _clone_into_namespaces(flags):
-    """``clone(flags)`` with fork's semantics (see :func:`_fork_as_pid_namespace_init`): 0 in the child,
-    its pid in the parent; ``(-1, errno)`` where refused; ``None`` where this machine's clone(2) is unknown."""
+    """``clone(flags)`` (new namespaces) with fork's semantics: ``(0, 0)`` in the child, ``(pid, 0)`` in the
+    parent, ``(-1, errno)`` where refused; ``None`` where this machine's clone(2) is not known here. Only for a
+    single-threaded process (B0 and the checker are): the child skips Python's after-fork bookkeeping, which
+    matters only to other threads and to ``os.register_at_fork`` hooks, and every process it forks with
+    ``os.fork`` runs those hooks again."""
     number = SYS_CLONE.get(os.uname().machine)
     if number is None:
         return None

@@ -415,21 +415,26 @@ def run_tests_batch(
 
 class _Closer:
     """One thread that waits for finished harnesses to be gone (see :meth:`HarnessProcess.wait_closed`), so
-    that a batch's workers start the next program while the last one's processes end; leaving the ``with``
-    block waits for every one of them, so nothing of a batch outlives it."""
+    that a batch's workers start the next program while the last one's processes end; :meth:`join` (and
+    leaving the ``with`` block) waits for every one of them, so nothing of a batch outlives it."""
 
-    def __enter__(self) -> _Closer:  # noqa: PYI034
+    def __init__(self) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-closer")
         self._futures: list[concurrent.futures.Future] = []
-        return self
 
     def __call__(self, wait_closed: Callable[[], None]) -> None:
         self._futures.append(self._pool.submit(wait_closed))
 
-    def __exit__(self, *exc_info: object) -> None:
+    def join(self) -> None:
         self._pool.shutdown(wait=True)
         for future in self._futures:
             future.result()  # a failure to clean up is not silent
+
+    def __enter__(self) -> _Closer:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.join()
 
 
 async def arun_tests_batch(
@@ -446,7 +451,7 @@ async def arun_tests_batch(
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"max_workers={max_workers!r} must be a positive integer, or None for one per core.")
     semaphore = asyncio.Semaphore(workers)
-    closer = _Closer().__enter__()
+    closer = _Closer()
 
     async def one(program: str | None, tests: Any, job_fn_name: str | None) -> TestRunResult:
         async with semaphore:
@@ -457,4 +462,4 @@ async def arun_tests_batch(
     try:
         return list(await asyncio.gather(*(one(p, t, f) for p, t, f in arguments)))
     finally:
-        await asyncio.to_thread(closer.__exit__, None, None, None)
+        await asyncio.to_thread(closer.join)

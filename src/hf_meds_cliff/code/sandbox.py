@@ -383,7 +383,6 @@ class HarnessProcess:
         return False
 
     def close(self) -> None:
-        self.end_input()
         self.wait_closed()
 
     def end_input(self) -> None:
@@ -393,8 +392,9 @@ class HarnessProcess:
             os.close(self._to_harness)
 
     def wait_closed(self, grace_s: float = 1.0) -> None:
-        """After :meth:`end_input`: wait until the harness is gone, at most ``grace_s`` from the end of its
-        input, then kill its whole session if it is not; free the descriptors and remove the folder."""
+        """End its input (if :meth:`end_input` has not), wait until the harness is gone, at most ``grace_s`` from
+        the end of its input, then kill its whole session if it is not; free the descriptors and remove the
+        folder."""
         self.end_input()
         try:
             if not self._ended(self._closing_at + grace_s):
