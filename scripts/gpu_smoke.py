@@ -140,6 +140,11 @@ BUNDLE_REQUIREMENTS = [
 
 NEVER_DOWNLOAD = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|numpy|numba|llvmlite|sympy|mpmath)$")
 
+def canonical_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares it (``Foo_Bar.baz`` -> ``foo-bar-baz``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 NOT_CARRIED = {
     "hf-xet": "huggingface_hub's download backend; the window downloads nothing",
     "pydantic": "not imported by any case", "pydantic-core": "not imported by any case",
@@ -266,7 +271,7 @@ def resolve_bundle(python_version: str, platforms: list[str], work: Path) -> lis
     resolved = []
     for item in json.loads(report.read_text())["install"]:
         name, version = item["metadata"]["name"], item["metadata"]["version"]
-        canonical = re.sub(r"[-_.]+", "-", name).lower()
+        canonical = canonical_name(name)
         if NEVER_DOWNLOAD.match(canonical) or "+gpuimage" in version or canonical in NOT_CARRIED:
             continue
         resolved.append((canonical, version))
@@ -283,7 +288,7 @@ def slim_wheel(source: Path, target: Path) -> dict:
 
     Shared libraries are not stripped: ``strip`` corrupts the ones auditwheel patched with patchelf (measured on
     scipy's vendored OpenBLAS: ``ELF load command address/offset not page-aligned`` at import)."""
-    dist = re.sub(r"[-_.]+", "-", source.name.split("-")[0]).lower()
+    dist = canonical_name(source.name.split("-")[0])
     rules = [re.compile(p) for p in SLIM_RULES["*"] + SLIM_RULES.get(dist, [])]
     removed, removed_bytes = [], 0
     with zipfile.ZipFile(source) as wheel_in, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as wheel_out:
@@ -734,7 +739,7 @@ def case_env(options: dict) -> dict:
             try:
                 version = metadata.version(requirement.name)
             except metadata.PackageNotFoundError:
-                canonical = re.sub(r"[-_.]+", "-", requirement.name).lower()
+                canonical = canonical_name(requirement.name)
                 if canonical in NOT_CARRIED:
                     accepted.add(canonical)
                 else:
@@ -1131,7 +1136,7 @@ def not_carried_imported() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for module in sorted({name.split(".")[0] for name, value in list(sys.modules.items()) if value is not None}):
         for dist in owners.get(module, []):
-            canonical = re.sub(r"[-_.]+", "-", dist).lower()
+            canonical = canonical_name(dist)
             if canonical in NOT_CARRIED and canonical not in OPTIONAL_IMPORTS:
                 found.setdefault(canonical, []).append(module)
     return found
