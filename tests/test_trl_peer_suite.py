@@ -4,6 +4,7 @@ the stand-ins (TRL's tests are never part of this repository; docs/trl_peer_suit
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -311,7 +312,7 @@ def test_pytest_processes_reuse_freed_memory(tmp_path, monkeypatch):
 @needs_qwen_tokenizer
 def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
     """The stand-in causal LMs: Qwen's token ids (the tool tests hard-code them), a chat template TRL can parse tool
-    calls from, and completions that hold MEDS's answer token (``\\boxed{``)."""
+    calls from, and completions that hold MEDS's answer token (``\\boxed{``), some ending before the limit."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import qwen3_chat_template
 
@@ -334,16 +335,21 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
         return_dict=True,
     )  # fmt: skip
     torch.manual_seed(0)
-    out = model.generate(**prompt, do_sample=True, max_new_tokens=16, num_return_sequences=6, pad_token_id=151643)
+    out = model.generate(**prompt, do_sample=True, max_new_tokens=8, num_return_sequences=64, pad_token_id=151643)
     completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
-    assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
-    assert all(151645 not in ids for ids in completions)  # EOS is not favoured: completions run to the limit
+    assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 16
+    # Some completions end (EOS) before the limit, so Cliff's teacher judges the wrong ones; others are cut off, as
+    # with the Hub's random models (stand-ins v5-v7 never ended one: Cliff never judged in the suite).
+    ended = [ids[: ids.index(151645)] for ids in completions if 151645 in ids]
+    assert 16 <= len(ended) <= 48
     # Sampling is varied, as from the Hub's random models: the completions differ, and so do their last tokens and the
-    # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time).
-    assert len({tuple(ids) for ids in completions}) == 6
-    last = torch.tensor([ids[-1] for ids in completions])
-    assert len(set(last.tolist())) >= 4
-    assert set(suite.binary_verdict(last).tolist()) == {False, True}
+    # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time), among the
+    # cut-off completions and among those that ended after writing something.
+    assert len({tuple(ids) for ids in completions}) >= 56
+    for group in ([ids for ids in completions if 151645 not in ids], [ids for ids in ended if ids]):
+        last = torch.tensor([ids[-1] for ids in group])
+        assert len(set(last.tolist())) >= 4
+        assert set(suite.binary_verdict(last).tolist()) == {False, True}
 
 
 def test_seconds_per_test_from_junit_or_from_the_live_record(tmp_path):
@@ -362,3 +368,71 @@ def test_seconds_per_test_from_junit_or_from_the_live_record(tmp_path):
     )
     assert suite.seconds_per_test(tmp_path, "meds") == {"TestGRPOTrainer::test_a": 14.03, "TestGRPOTrainer::test_b": 4.5}
     assert suite.seconds_per_test(tmp_path, "cliff") == {}
+
+
+SAMPLED_TRAINING_CASE = '''
+import json
+import os
+
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from hf_meds_cliff.rewards.functions import MathAnswerReward
+
+
+def test_sampled_training(tmp_path):
+    """Like TRL's sampled training tests: the swapped-in trainer, built through ``trl``'s names, with TRL-style
+    arguments only."""
+    rows = [json.loads(line) for line in open(os.environ["PEER_CASE_DATA"])]
+    args = GRPOConfig(
+        output_dir=str(tmp_path), learning_rate=1e-3, per_device_train_batch_size=16, num_generations=4,
+        max_completion_length=96, max_steps=2, report_to="none", logging_steps=1, use_cpu=True,
+    )
+    trainer = GRPOTrainer(
+        model=os.environ["PEER_CASE_MODEL"], reward_funcs=MathAnswerReward(), args=args,
+        train_dataset=Dataset.from_list(rows),
+    )
+    trainer.train()
+    assert trainer.state.log_history[-1]["train_loss"] is not None
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.toy_policy
+def test_the_suite_conftest_makes_cliff_judge_and_split(tmp_path, toy_policy_path):
+    """The conftest's Cliff (``PeerCliffGRPOTrainer``: no reference filter, :class:`LastSentenceTeacher`) under a
+    TRL-style test with sampled rollouts that end: the teacher gives a reference, so mixed groups are judged, and the
+    last sentence of a several-sentence wrong rollout is its mistake, so a correct prefix gets its own advantage. The
+    activity record the runner reads shows all three. (Until stand-ins v8 the teacher gave no reference, and every
+    group fell back to GRPO unjudged, in every case of TRL's suite.)"""
+    from helpers import write_half_solved_toy_data
+
+    data = tmp_path / "half_solved.jsonl"
+    write_half_solved_toy_data(toy_policy_path, 4, data)
+    files = {name: "" for name in suite.TRL_FILES}
+    files["tests/test_grpo_trainer.py"] = SAMPLED_TRAINING_CASE
+    folder = suite.write_suite(tmp_path, files)
+    env = suite.trainer_environment("cliff", tmp_path / "hub")
+    activity, live = tmp_path / "activity.jsonl", tmp_path / "outcomes.jsonl"
+    env.update(
+        TRL_PEER_ACTIVITY=str(activity), TRL_PEER_OUTCOMES=str(live), PEER_CASE_DATA=str(data),
+        PEER_CASE_MODEL=str(toy_policy_path),
+    )  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(folder),
+         str(folder / "tests" / "test_grpo_trainer.py")],
+        cwd=folder, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:]
+    (record,) = [json.loads(line) for line in activity.read_text().splitlines()]
+    assert record["test"] == "::test_sampled_training"
+    assert record["cliff/groups_cliff"] > 0
+    assert record["cliff/judge_calls"] > 0
+    assert record["cliff/rollouts_with_mistake"] > 0
+    assert record["cliff/prefix_fraction"] > 0
+    summary = suite.method_activity("cliff", suite.read_activity(tmp_path.parent / tmp_path.name, "missing"))
+    assert summary == {"tests_with_a_trainer": 0, "cliff/judge_calls": [], "cliff/groups_cliff": [],
+                       "cliff/prefix_fraction": []}  # fmt: skip
+    activity.rename(tmp_path / "activity-cliff.jsonl")
+    summary = suite.method_activity("cliff", suite.read_activity(tmp_path, "cliff"))
+    assert summary["cliff/judge_calls"] == summary["cliff/prefix_fraction"] == ["::test_sampled_training"]

@@ -227,7 +227,7 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
-STANDIN_VERSION = 7
+STANDIN_VERSION = 8
 """Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
 STANDIN_CHAT_TEMPLATE = (
     "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
@@ -243,8 +243,8 @@ ANSWER_MARKER_TOKEN = "\\boxed{"
 FAVOURED_TEXTS = (ANSWER_MARKER_TOKEN, *"0123456789", "}", ".", " is")
 """What the stand-in policies sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never writes
 ``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a final
-answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). EOS is not favoured:
-completions still run to ``max_completion_length``, as with the Hub's random models."""
+answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). The EOS ``<|im_end|>``
+is favoured too (:data:`EOS_ODDS`), so some completions end before ``max_completion_length``."""
 CONSTANT_COMPONENT = 4.0
 """Every input embedding's first coordinate (the others keep their random initialisation, spread 0.02): it dominates
 the residual stream, so after the final norm every hidden state is close to ``(4, 0, ..., 0)``."""
@@ -259,6 +259,12 @@ near-uniformly, pass."""
 MARKER_ODDS = 2.0
 """``\\boxed{`` is sampled this many times as often as each other favoured token (1 in 8 tokens): 4 of 6 sampled
 completions of 16 tokens hold an answer token on the Qwen 2 stand-in (``tests/test_trl_peer_suite.py``)."""
+EOS_ODDS = 1.5
+"""The EOS ``<|im_end|>`` is sampled 1.5 times as often as each favoured digit, so about half of the 8-token
+completions most of TRL's tests sample end before the limit (30 of 64 on the Qwen 2 stand-in at seed 0, 52 of 64 at
+16 tokens; ``tests/test_trl_peer_suite.py`` checks a range). Stand-ins v5 to v7 never sampled it: like the Hub's
+random models, every completion ran to the limit, and Cliff, which does not ask its teacher about a cut-off rollout,
+never judged in the suite (issue 45)."""
 
 
 def _policy_chat_template() -> str:
@@ -267,10 +273,11 @@ def _policy_chat_template() -> str:
     return qwen3_chat_template
 
 
-def _favour_tokens(model, token_ids: list[int], marker_id: int):
+def _favour_tokens(model, token_ids: list[int], marker_id: int, eos_id: int):
     """Make ``model`` sample the tokens ``token_ids`` (near-uniformly, ``marker_id`` :data:`MARKER_ODDS` times as
-    often), whatever the context: a :data:`CONSTANT_COMPONENT` in every input embedding, and an (untied) LM head that
-    is zero except the rows of ``token_ids``, which read that component to give :data:`FAVOURED_LOGIT`."""
+    often) and ``eos_id`` (:data:`EOS_ODDS` times as often), whatever the context: a :data:`CONSTANT_COMPONENT` in
+    every input embedding, and an (untied) LM head that is zero except the rows of ``token_ids`` and ``eos_id``, which
+    read that component to give :data:`FAVOURED_LOGIT` plus the log of their odds."""
     import math
 
     import torch
@@ -282,6 +289,7 @@ def _favour_tokens(model, token_ids: list[int], marker_id: int):
         normed = math.sqrt(head.shape[1])  # the constant coordinate after the final RMS norm
         head[token_ids, 0] = FAVOURED_LOGIT / normed
         head[marker_id, 0] += math.log(MARKER_ODDS) / normed
+        head[eos_id, 0] = (FAVOURED_LOGIT + math.log(EOS_ODDS)) / normed
     return model
 
 
@@ -442,7 +450,9 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
         else:
             config = _tiny_config(model_type, vocab_size, tokenizer.pad_token_id, tie_word_embeddings=False)
             marker_id = tokenizer.convert_tokens_to_ids(ANSWER_MARKER_TOKEN)
-            model = _favour_tokens(AutoModelForCausalLM.from_config(config), favoured, marker_id)
+            model = _favour_tokens(
+                AutoModelForCausalLM.from_config(config), favoured, marker_id, tokenizer.eos_token_id
+            )
             tokenizer.chat_template = _policy_chat_template()
         snapshot.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(snapshot))
@@ -523,16 +533,19 @@ _BUILT = []
 """The trainers of ours that the running test built: their logged metrics show whether the method itself ran."""
 
 
-class FirstSentenceTeacher:
-    """A teacher for data without answers: every wrong rollout's first sentence is its first mistake."""
+class LastSentenceTeacher:
+    """A teacher for data without answers. Its reference is a fixed text (the reference filter is off: nothing to
+    verify it against), so every mixed group with an ended wrong rollout is judged; each judged rollout's last
+    sentence is its first mistake, so a rollout of several sentences keeps a correct prefix and Cliff's split credit
+    acts. (Before stand-ins v8 ``solve`` returned nothing: every group fell back to GRPO unjudged.)"""
 
-    name = "peer-first-sentence"
+    name = "peer-last-sentence"
 
     async def solve(self, problem):
-        return None
+        return "A reference solution."
 
     async def judge(self, problem, reference, sentences):
-        return Judgment(0, False, "ok")
+        return Judgment(max(len(sentences) - 1, 0), False, "ok")
 
     async def aclose(self):
         return None
@@ -547,7 +560,7 @@ class PeerCliffConfig(CliffConfig):
 
 class PeerCliffGRPOTrainer(CliffGRPOTrainer):
     def __init__(self, *args, teacher=None, **kwargs):
-        super().__init__(*args, teacher=teacher or FirstSentenceTeacher(), **kwargs)
+        super().__init__(*args, teacher=teacher or LastSentenceTeacher(), **kwargs)
         _BUILT.append(self)
 
 
@@ -568,6 +581,7 @@ elif TRAINER != "grpo":
 ACTIVITY_KEYS = (
     "meds/frac_with_feature", "meds/frac_penalized", "meds/frac_correct",
     "cliff/judge_calls", "cliff/groups_cliff", "cliff/rollouts_with_mistake", "cliff/frac_correct",
+    "cliff/prefix_fraction",
 )  # fmt: skip
 
 
@@ -809,10 +823,11 @@ def read_activity(work: Path, trainer: str) -> dict[str, dict[str, float]]:
 def method_activity(trainer: str, activity: dict[str, dict[str, float]]) -> dict:
     """Which tests exercised the method itself, not only its plumbing: MEDS found answer tokens
     (``meds/frac_with_feature`` > 0) and penalised (``meds/frac_penalized`` > 0); Cliff's teacher judged
-    (``cliff/judge_calls`` > 0) and Cliff shaped groups (``cliff/groups_cliff`` > 0)."""
+    (``cliff/judge_calls`` > 0), Cliff shaped groups (``cliff/groups_cliff`` > 0) and gave a wrong rollout's correct
+    prefix its own advantage (``cliff/prefix_fraction`` > 0)."""
     keys = {
         "meds": ("meds/frac_with_feature", "meds/frac_penalized"),
-        "cliff": ("cliff/judge_calls", "cliff/groups_cliff"),
+        "cliff": ("cliff/judge_calls", "cliff/groups_cliff", "cliff/prefix_fraction"),
     }.get(trainer, ())
     summary = {"tests_with_a_trainer": len(activity)}
     for key in keys:
