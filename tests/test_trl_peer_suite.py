@@ -335,16 +335,31 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
         return_dict=True,
     )  # fmt: skip
     torch.manual_seed(0)
+    out = model.generate(**prompt, do_sample=True, max_new_tokens=16, num_return_sequences=6, pad_token_id=151643)
+    completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
+    assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
+    # The Qwen 2 stand-in never ends, as the Hub's random models (TRL's all-masked truncation test relies on it).
+    assert all(151645 not in ids for ids in completions)
+    # Sampling is varied, as from the Hub's random models: the completions differ, and so do their last tokens and the
+    # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time).
+    assert len({tuple(ids) for ids in completions}) == 6
+    last = torch.tensor([ids[-1] for ids in completions])
+    assert len(set(last.tolist())) >= 4
+    assert set(suite.binary_verdict(last).tolist()) == {False, True}
+
+    # The other policies end some completions (EOS), so Cliff's teacher judges the wrong ones that end; others are cut
+    # off (stand-ins v5-v7 never ended one: Cliff never judged in the suite).
+    assert set(suite.CAUSAL_LMS) - set(suite.NEVER_ENDING_POLICIES) == {
+        "tiny-Qwen3ForCausalLM", "tiny-LlamaForCausalLM-3.2", "tiny-MistralForCausalLM-0.2", "tiny-Qwen3MoeForCausalLM",
+        "tiny-Gemma2ForCausalLM",
+    }  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(snapshot("tiny-Qwen3ForCausalLM"))
+    torch.manual_seed(0)
     out = model.generate(**prompt, do_sample=True, max_new_tokens=8, num_return_sequences=64, pad_token_id=151643)
     completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
     assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 16
-    # Some completions end (EOS) before the limit, so Cliff's teacher judges the wrong ones; others are cut off, as
-    # with the Hub's random models (stand-ins v5-v7 never ended one: Cliff never judged in the suite).
     ended = [ids[: ids.index(151645)] for ids in completions if 151645 in ids]
     assert 16 <= len(ended) <= 48
-    # Sampling is varied, as from the Hub's random models: the completions differ, and so do their last tokens and the
-    # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time), among the
-    # cut-off completions and among those that ended after writing something.
     assert len({tuple(ids) for ids in completions}) >= 56
     for group in ([ids for ids in completions if 151645 not in ids], [ids for ids in ended if ids]):
         last = torch.tensor([ids[-1] for ids in group])

@@ -227,7 +227,7 @@ REWARD_MODELS = {
     "tiny-LlamaForSequenceClassification-3.2": "llama",
 }
 HUB_ORG = "trl-internal-testing"
-STANDIN_VERSION = 8
+STANDIN_VERSION = 9
 """Part of the stand-in cache's folder name: bumped whenever the stand-ins change."""
 STANDIN_CHAT_TEMPLATE = (
     "{%- for message in messages %}{{- message['role'] + ': ' + message['content'] }}"
@@ -243,8 +243,9 @@ ANSWER_MARKER_TOKEN = "\\boxed{"
 FAVOURED_TEXTS = (ANSWER_MARKER_TOKEN, *"0123456789", "}", ".", " is")
 """What the stand-in policies sample (:func:`_favour_tokens`): a random model over Qwen's 151k tokens never writes
 ``\\boxed{``, so MEDS would never find an answer token and never shape; over these, most completions hold a final
-answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). The EOS ``<|im_end|>``
-is favoured too (:data:`EOS_ODDS`), so some completions end before ``max_completion_length``."""
+answer (MEDS's feature) and end in varied tokens (the binary reward model's verdicts vary). Every policy but
+:data:`NEVER_ENDING_POLICIES` favours the EOS ``<|im_end|>`` too (:data:`EOS_ODDS`), so some of their completions end
+before ``max_completion_length``."""
 CONSTANT_COMPONENT = 4.0
 """Every input embedding's first coordinate (the others keep their random initialisation, spread 0.02): it dominates
 the residual stream, so after the final norm every hidden state is close to ``(4, 0, ..., 0)``."""
@@ -261,10 +262,18 @@ MARKER_ODDS = 2.0
 completions of 16 tokens hold an answer token on the Qwen 2 stand-in (``tests/test_trl_peer_suite.py``)."""
 EOS_ODDS = 1.5
 """The EOS ``<|im_end|>`` is sampled 1.5 times as often as each favoured digit, so about half of the 8-token
-completions most of TRL's tests sample end before the limit (30 of 64 on the Qwen 2 stand-in at seed 0, 52 of 64 at
-16 tokens; ``tests/test_trl_peer_suite.py`` checks a range). Stand-ins v5 to v7 never sampled it: like the Hub's
-random models, every completion ran to the limit, and Cliff, which does not ask its teacher about a cut-off rollout,
-never judged in the suite (issue 45)."""
+completions most of TRL's tests sample end before the limit (30 of 64 on the Qwen 3 stand-in at seed 0;
+``tests/test_trl_peer_suite.py`` checks a range). Stand-ins v5 to v7 never sampled it: like the Hub's random models,
+every completion ran to the limit, and Cliff, which does not ask its teacher about a cut-off rollout, never judged in
+the suite (issue 45)."""
+NEVER_ENDING_POLICIES = ("tiny-Qwen2ForCausalLM-2.5",)
+"""Policies that never sample EOS, as the Hub's random models practically never do. TRL's
+``test_train_with_mask_truncated_completions_all_masked`` relies on it for ``tiny-Qwen2ForCausalLM-2.5`` ("the
+probability of generating the EOS token is extremely low, so all generated completions are truncated"): with EOS
+favoured there (stand-ins v8, every policy) a completion ended, training had a signal, and plain GRPO failed it. The
+other five policies end some completions, so Cliff's teacher judges in the tests that sample from them (``test_train``
+over the models, KL bias correction, chat-template kwargs, fp32 LM head); the 64 tests on the Qwen 2 stand-in sample
+as from the Hub."""
 
 
 def _policy_chat_template() -> str:
@@ -273,11 +282,12 @@ def _policy_chat_template() -> str:
     return qwen3_chat_template
 
 
-def _favour_tokens(model, token_ids: list[int], marker_id: int, eos_id: int):
+def _favour_tokens(model, token_ids: list[int], marker_id: int, eos_id: int | None):
     """Make ``model`` sample the tokens ``token_ids`` (near-uniformly, ``marker_id`` :data:`MARKER_ODDS` times as
-    often) and ``eos_id`` (:data:`EOS_ODDS` times as often), whatever the context: a :data:`CONSTANT_COMPONENT` in
-    every input embedding, and an (untied) LM head that is zero except the rows of ``token_ids`` and ``eos_id``, which
-    read that component to give :data:`FAVOURED_LOGIT` plus the log of their odds."""
+    often) and ``eos_id`` if given (:data:`EOS_ODDS` times as often), whatever the context: a
+    :data:`CONSTANT_COMPONENT` in every input embedding, and an (untied) LM head that is zero except the rows of
+    ``token_ids`` and ``eos_id``, which read that component to give :data:`FAVOURED_LOGIT` plus the log of their
+    odds."""
     import math
 
     import torch
@@ -289,7 +299,8 @@ def _favour_tokens(model, token_ids: list[int], marker_id: int, eos_id: int):
         normed = math.sqrt(head.shape[1])  # the constant coordinate after the final RMS norm
         head[token_ids, 0] = FAVOURED_LOGIT / normed
         head[marker_id, 0] += math.log(MARKER_ODDS) / normed
-        head[eos_id, 0] = (FAVOURED_LOGIT + math.log(EOS_ODDS)) / normed
+        if eos_id is not None:
+            head[eos_id, 0] = (FAVOURED_LOGIT + math.log(EOS_ODDS)) / normed
     return model
 
 
@@ -451,8 +462,9 @@ def build_standins(hub_cache: Path, reward_models: str) -> list[str]:
             config = _tiny_config(model_type, vocab_size, tokenizer.pad_token_id, tie_word_embeddings=False)
             marker_id = tokenizer.convert_tokens_to_ids(ANSWER_MARKER_TOKEN)
             model = _favour_tokens(
-                AutoModelForCausalLM.from_config(config), favoured, marker_id, tokenizer.eos_token_id
-            )
+                AutoModelForCausalLM.from_config(config), favoured, marker_id,
+                None if name in NEVER_ENDING_POLICIES else tokenizer.eos_token_id,
+            )  # fmt: skip
             tokenizer.chat_template = _policy_chat_template()
         snapshot.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(snapshot))
