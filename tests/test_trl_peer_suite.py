@@ -418,8 +418,8 @@ def test_the_suite_conftest_makes_cliff_judge_and_split(tmp_path, toy_policy_pat
     """The conftest's Cliff (``PeerCliffGRPOTrainer``: no reference filter, :class:`LastSentenceTeacher`) under a
     TRL-style test with sampled rollouts that end: the teacher gives a reference, so mixed groups are judged, and the
     last sentence of a several-sentence wrong rollout is its mistake, so a correct prefix gets its own advantage. The
-    activity record the runner reads shows all three. (Up to stand-ins v7 the teacher gave no reference, and every
-    group fell back to GRPO unjudged, in every case of TRL's suite.)"""
+    activity record the runner reads shows all three. (Up to stand-ins v7 the teacher gave no reference: a group
+    with an ended wrong rollout fell back to GRPO unjudged, and no case of TRL's suite was judged.)"""
     from helpers import write_half_solved_toy_data
 
     data = tmp_path / "half_solved.jsonl"
