@@ -334,18 +334,27 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
         [{"role": "user", "content": "Complete: Beautiful is"}], add_generation_prompt=True, return_tensors="pt",
         return_dict=True,
     )  # fmt: skip
-    torch.manual_seed(0)
-    out = model.generate(**prompt, do_sample=True, max_new_tokens=16, num_return_sequences=6, pad_token_id=151643)
-    completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
+
+    def sample(model, length: int, count: int) -> list[list[int]]:
+        torch.manual_seed(0)
+        out = model.generate(
+            **prompt, do_sample=True, max_new_tokens=length, num_return_sequences=count, pad_token_id=151643
+        )
+        return [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
+
+    def assert_varied_last_tokens(completions: list[list[int]]) -> None:
+        last = torch.tensor([ids[-1] for ids in completions])
+        assert len(set(last.tolist())) >= 4
+        assert set(suite.binary_verdict(last).tolist()) == {False, True}
+
+    completions = sample(model, 16, 6)
     assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 2
     # The Qwen 2 stand-in never ends, as the Hub's random models (TRL's all-masked truncation test relies on it).
     assert all(151645 not in ids for ids in completions)
     # Sampling is varied, as from the Hub's random models: the completions differ, and so do their last tokens and the
     # binary reward model's verdicts on them (v5/v6's policies wrote nearly the same completion every time).
     assert len({tuple(ids) for ids in completions}) == 6
-    last = torch.tensor([ids[-1] for ids in completions])
-    assert len(set(last.tolist())) >= 4
-    assert set(suite.binary_verdict(last).tolist()) == {False, True}
+    assert_varied_last_tokens(completions)
 
     # The other policies end some completions (EOS), so Cliff's teacher judges the wrong ones that end; others are cut
     # off (stand-ins v5-v7 never ended one: Cliff never judged in the suite).
@@ -353,18 +362,13 @@ def test_stand_in_policies_write_answers_and_can_call_tools(tmp_path):
         "tiny-Qwen3ForCausalLM", "tiny-LlamaForCausalLM-3.2", "tiny-MistralForCausalLM-0.2", "tiny-Qwen3MoeForCausalLM",
         "tiny-Gemma2ForCausalLM",
     }  # fmt: skip
-    model = AutoModelForCausalLM.from_pretrained(snapshot("tiny-Qwen3ForCausalLM"))
-    torch.manual_seed(0)
-    out = model.generate(**prompt, do_sample=True, max_new_tokens=8, num_return_sequences=64, pad_token_id=151643)
-    completions = [row[prompt["input_ids"].shape[1] :].tolist() for row in out]
+    completions = sample(AutoModelForCausalLM.from_pretrained(snapshot("tiny-Qwen3ForCausalLM")), 8, 64)
     assert sum(location is not None for location in locate_answer_tokens(completions, tokenizer)) >= 16
     ended = [ids[: ids.index(151645)] for ids in completions if 151645 in ids]
     assert 16 <= len(ended) <= 48
     assert len({tuple(ids) for ids in completions}) >= 56
-    for group in ([ids for ids in completions if 151645 not in ids], [ids for ids in ended if ids]):
-        last = torch.tensor([ids[-1] for ids in group])
-        assert len(set(last.tolist())) >= 4
-        assert set(suite.binary_verdict(last).tolist()) == {False, True}
+    assert_varied_last_tokens([ids for ids in completions if 151645 not in ids])
+    assert_varied_last_tokens([ids for ids in ended if ids])
 
 
 def test_seconds_per_test_from_junit_or_from_the_live_record(tmp_path):
@@ -428,7 +432,7 @@ def test_the_suite_conftest_makes_cliff_judge_and_split(tmp_path, toy_policy_pat
     files["tests/test_grpo_trainer.py"] = SAMPLED_TRAINING_CASE
     folder = suite.write_suite(tmp_path, files)
     env = suite.trainer_environment("cliff", tmp_path / "hub")
-    activity, live = tmp_path / "activity.jsonl", tmp_path / "outcomes.jsonl"
+    activity, live = tmp_path / "activity-cliff.jsonl", tmp_path / "outcomes.jsonl"
     env.update(
         TRL_PEER_ACTIVITY=str(activity), TRL_PEER_OUTCOMES=str(live), PEER_CASE_DATA=str(data),
         PEER_CASE_MODEL=str(toy_policy_path),
@@ -445,9 +449,8 @@ def test_the_suite_conftest_makes_cliff_judge_and_split(tmp_path, toy_policy_pat
     assert record["cliff/judge_calls"] > 0
     assert record["cliff/rollouts_with_mistake"] > 0
     assert record["cliff/prefix_fraction"] > 0
-    summary = suite.method_activity("cliff", suite.read_activity(tmp_path.parent / tmp_path.name, "missing"))
+    summary = suite.method_activity("cliff", suite.read_activity(tmp_path, "missing"))
     assert summary == {"tests_with_a_trainer": 0, "cliff/judge_calls": [], "cliff/groups_cliff": [],
                        "cliff/prefix_fraction": []}  # fmt: skip
-    activity.rename(tmp_path / "activity-cliff.jsonl")
     summary = suite.method_activity("cliff", suite.read_activity(tmp_path, "cliff"))
     assert summary["cliff/judge_calls"] == summary["cliff/prefix_fraction"] == ["::test_sampled_training"]

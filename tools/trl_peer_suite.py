@@ -549,7 +549,8 @@ class LastSentenceTeacher:
     """A teacher for data without answers. Its reference is a fixed text (the reference filter is off: nothing to
     verify it against), so every mixed group with an ended wrong rollout is judged; each judged rollout's last
     sentence is its first mistake, so a rollout of several sentences keeps a correct prefix and Cliff's split credit
-    acts. (Before stand-ins v8 ``solve`` returned nothing: every group fell back to GRPO unjudged.)"""
+    acts. (Up to stand-ins v7 ``solve`` returned nothing: a group with an ended wrong rollout fell back to GRPO
+    unjudged.)"""
 
     name = "peer-last-sentence"
 
