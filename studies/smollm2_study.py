@@ -667,6 +667,41 @@ def beside(runs, seeds) -> list[str]:
     return lines
 
 
+def provenance_lines(runs) -> list[str]:
+    """Where and how each results file was made, read from the files: the machine records (one line per distinct
+    record, CPU flags compared whole), the commands, and each run's start, end and training minutes."""
+    records = [(arm, s, r) for arm in (BASE, *ARMS) for s, r in sorted(runs.get(arm, {}).items())]
+    machines: dict[str, list[str]] = {}
+    for arm, s, r in records:
+        machines.setdefault(json.dumps(r.get("machine"), sort_keys=True), []).append(f"{arm}-seed{s}")
+    lines = ["## Provenance (read from the results files)", ""]
+    if len(machines) > 1:
+        lines += [f"**The runs come from {len(machines)} different machine records.**", ""]
+    for key, names in machines.items():
+        m = json.loads(key)
+        if not m:
+            lines.append(f"- Machine not recorded: {', '.join(names)}.")
+            continue
+        lines.append(
+            f"- Machine of {len(names)} file(s): {m.get('cpu')}, {m.get('cpu_count')} cores "
+            f"({len(m.get('cpu_flags') or [])} CPU flags, identical across these files), {m.get('platform')}; Python "
+            f"{m.get('python')}, torch {m.get('torch')} ({m.get('torch_threads')} thread), trl {m.get('trl')}, "
+            f"transformers {m.get('transformers')}."
+        )
+    header = "| file | command | started (UTC) | finished (UTC) | training minutes (last segment) | training segments |"
+    lines += ["", header, "|---|---|---|---|---|---|"]
+    for arm, s, r in records:
+        seconds = r.get("train_seconds_last_segment")
+        minutes = f"{seconds / 60:.1f}" if isinstance(seconds, (int, float)) else "–"
+        segments = len(r.get("training_segments") or []) or "–"
+        command = r.get("command", "not recorded")
+        lines.append(
+            f"| `{arm}-seed{s}.json` | `{command}` | {r.get('started', '–')} | {r.get('finished', '–')} | "
+            f"{minutes} | {segments} |"
+        )
+    return lines
+
+
 def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPLES) -> dict:
     analysis = analyse(results, resamples)
     runs, _ = load_results(results)
@@ -707,6 +742,7 @@ def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPL
         lines += ["", "## Failed runs (run twice, reported, not replaced)", ""]
         lines += [f"- `{arm}` seed {s}: {errors}" for arm, by in analysis["failed"].items() for s, errors in by.items()]
     lines += ["", *beside(runs, seeds)]
+    lines += ["", *provenance_lines(runs)]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines) + "\n")
     return analysis

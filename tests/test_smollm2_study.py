@@ -125,10 +125,16 @@ def _distinct(counts):  # every wrong sample a different answer: agreement 0
     return [{f"a{j}": 1 for j in range(8 - c)} for c in counts]
 
 
-def _write(results: Path, arm: str, seed: int, correct: list[int], wrong: list[dict]) -> None:
+MACHINE = {"cpu": "CPU A", "cpu_count": 2, "cpu_flags": ["avx2", "fma"], "platform": "Linux", "python": "3.11.7",
+           "torch": "2.13.0+cpu", "torch_threads": 1, "trl": "1.16.0", "transformers": "5.24.0"}  # fmt: skip
+
+
+def _write(results: Path, arm: str, seed: int, correct: list[int], wrong: list[dict], machine=MACHINE) -> None:
     evaluation = _evaluation(correct, wrong)
     record = {"arm": arm, "seed": seed, "test": evaluation, "validation": evaluation, "history": [], "commit": "c",
-              "dirty": False}  # fmt: skip
+              "dirty": False, "machine": machine, "command": f"python run {arm} {seed}", "started": "t0",
+              "finished": "t1", "train_seconds_last_segment": 90.0,
+              "training_segments": [{"resumed_from": None}]}  # fmt: skip
     (results / f"{arm}-seed{seed}.json").write_text(json.dumps(record))
 
 
@@ -148,7 +154,8 @@ def test_report_reproduces_hand_computed_bootstrap_and_holm(tmp_path):
             _write(results, arm, seed, correct, _distinct(correct) if arm == BASE else _same(correct))
         meds = [1, 0, 0, 0] if seed == 0 else [0, 0, 0, 0]
         _write(results, "meds_ds", seed, meds, _same(meds))
-    _write(results, BASE, 2, counts[BASE], _distinct(counts[BASE]))  # seed 2 incomplete: not analysed
+    other_flags = {**MACHINE, "cpu_flags": ["avx2"]}  # another machine: one CPU flag fewer
+    _write(results, BASE, 2, counts[BASE], _distinct(counts[BASE]), other_flags)  # seed 2 incomplete: not analysed
     (results / "dapo_ds-seed2.failed.json").write_text(
         json.dumps({"arm": "dapo_ds", "seed": 2, "errors": [{"error": "RuntimeError: x"}] * 2})
     )
@@ -185,6 +192,11 @@ def test_report_reproduces_hand_computed_bootstrap_and_holm(tmp_path):
     assert "T1 (simulated teacher): reversed" in text and "not a claim that the two are equal" in text
     assert "incomplete seeds (not analysed): [2]" in text and "`dapo_ds` seed 2" in text
     assert "do not all come from one commit" not in text  # one commit "c", clean
+    # provenance: the two machine records are told apart by their CPU flags alone, and each file's command is listed
+    assert "**The runs come from 2 different machine records.**" in text
+    assert "- Machine of 14 file(s): CPU A, 2 cores (2 CPU flags" in text and "- Machine of 1 file(s)" in text
+    assert "torch 2.13.0+cpu (1 thread), trl 1.16.0, transformers 5.24.0" in text
+    assert "| `cliff-seed1.json` | `python run cliff 1` | t0 | t1 | 1.5 | 1 |" in text
 
 
 def test_a_run_that_fails_twice_is_recorded_and_not_tried_again(tmp_path, monkeypatch):
