@@ -1,4 +1,5 @@
-"""MEDS says when it is idle (issue 41): most groups uniform and nothing replaces or shapes them.
+"""MEDS says when it is idle (issue 41): most groups uniform and nothing replaces or shapes them; and when it runs
+but changes no update (the SmolLM2 study's `meds_ds` arm: dynamic sampling on, no group differentiated).
 
 Hand-computed cases of the pure functions, the report's explanation of an empty memory and its one-point charts,
 and the trainer end to end: a warning once, with the numbers, and ``meds/idle`` per step.
@@ -13,7 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from hf_meds_cliff.meds.idle import explain_empty_memory, idle_warning, meds_idle
+from hf_meds_cliff.meds.idle import (
+    NO_EFFECT_SHIFT,
+    explain_empty_memory,
+    idle_warning,
+    meds_idle,
+    meds_without_effect,
+    no_effect_warning,
+)
 
 
 @pytest.mark.parametrize(
@@ -43,6 +51,26 @@ def test_warning_names_the_numbers_and_the_authors_setting():
     assert "only 4 of 16 rollouts" in text
     assert "DAPO with dynamic sampling on accuracy" in text and "--dynamic_sampling true" in text
     assert "--meds_shape_uniform_groups true" in text
+
+
+def test_without_effect_needs_the_whole_window_at_or_below_the_threshold():
+    assert meds_without_effect([0.0, 7.3e-6, 1e-4], batches=3)  # the study's largest shift was 7.3e-6
+    assert not meds_without_effect([0.0, 7.3e-6, 1.01e-4], batches=3)
+    assert not meds_without_effect([0.0, 0.0], batches=3)  # too few batches to tell
+    assert meds_without_effect([0.3, 0.0, 0.0], batches=2)  # only the last `batches` count
+    assert not meds_without_effect([0.0, float("nan")], batches=2)  # an unknown shift is not "no effect"
+    assert NO_EFFECT_SHIFT == 1e-4
+    with pytest.raises(ValueError, match="batches=0 must be at least 1"):
+        meds_without_effect([0.0], batches=0)
+
+
+def test_no_effect_warning_names_the_numbers_and_the_cancellation():
+    text = no_effect_warning(12, 10, 0.00625, 217, 949, "group")
+    assert "in 10 consecutive training batches (up to step 12)" in text
+    assert "penalised 0.6% of the rollouts" in text and "949 wrong rollouts over 217 prompts (4.4 per prompt)" in text
+    assert "scale_rewards='group'" in text and "different penalties" in text
+    assert "different penalties" not in no_effect_warning(3, 10, 0.5, 0, 0, "none")  # no cancellation claimed
+    assert "(0.0 per prompt)" in no_effect_warning(3, 10, 0.0, 0, 0, "group")  # an empty memory divides by nothing
 
 
 def test_empty_memory_is_explained_from_the_logged_metrics():
@@ -144,3 +172,32 @@ def test_trainer_warns_once_and_logs_idle_steps(toy_policy_path, tmp_path, caplo
         shaped = _idle_run(toy_policy_path, tmp_path / "shaped", meds_shape_uniform_groups=True)
     assert [r["meds/idle"] for r in shaped] == [0.0, 0.0]
     assert not any("MEDS is mostly idle" in r.getMessage() for r in caplog.records)
+
+
+class OneWrongInTheMixedGroup:
+    """0/1 correctness: in every batch of 4 groups the first 3 all wrong, the last one [1, 1, 1, 0]. A group with one
+    wrong rollout cannot give its wrong rollouts different penalties, so MEDS cannot change any update."""
+
+    __name__ = "exact_answer_reward"
+
+    def __call__(self, prompts, completions, **kwargs):
+        values = [0.0] * len(completions)
+        values[-4:] = [1.0, 1.0, 1.0, 0.0]
+        return values
+
+
+@pytest.mark.slow
+def test_trainer_warns_once_when_meds_changes_no_update(
+    toy_policy_path, tmp_path, caplog, one_torch_thread, monkeypatch
+):
+    import hf_meds_cliff.meds.trainer as meds_trainer
+
+    monkeypatch.setattr(meds_trainer, "NO_EFFECT_BATCHES", 2)  # the run has 2 batches
+    monkeypatch.setattr(ThreeGroupsUniform, "__call__", OneWrongInTheMixedGroup.__call__)
+    with caplog.at_level(logging.WARNING, logger="hf_meds_cliff.meds.trainer"):
+        logs = _idle_run(toy_policy_path, tmp_path / "no-effect")
+    assert all(r["meds/advantage_shift"] <= NO_EFFECT_SHIFT for r in logs)
+    assert all(r["meds/frac_groups_differentiated"] == 0.0 for r in logs)
+    warnings = [r.getMessage() for r in caplog.records if "MEDS has not changed the update" in r.getMessage()]
+    assert len(warnings) == 1 and "in 2 consecutive training batches (up to step 2)" in warnings[0]
+    assert "scale_rewards='group'" in warnings[0]

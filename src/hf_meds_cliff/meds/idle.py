@@ -15,7 +15,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["IDLE_UNIFORM_SHARE", "explain_empty_memory", "idle_warning", "meds_idle"]
+__all__ = [
+    "IDLE_UNIFORM_SHARE",
+    "NO_EFFECT_BATCHES",
+    "NO_EFFECT_SHIFT",
+    "explain_empty_memory",
+    "idle_warning",
+    "meds_idle",
+    "meds_without_effect",
+    "no_effect_warning",
+]
 
 IDLE_UNIFORM_SHARE = 0.5
 """A step is idle when more than this share of its groups is uniform (and nothing replaces or shapes them)."""
@@ -72,6 +81,63 @@ def idle_warning(step: int, uniform_groups: int, num_groups: int, shapeable_rows
         "--dynamic_sampling true (the authors' recipe), use prompts of medium difficulty for this policy or more "
         "generations per prompt, or set --meds_shape_uniform_groups true (memorise and shape them anyway: not the "
         "authors' rule). Logged per step as meds/idle and meds/frac_groups_uniform; this warning is shown once."
+    )
+
+
+NO_EFFECT_SHIFT = 1e-4
+"""``meds/advantage_shift`` at or below this is no change of the update (TRL's std epsilon alone moves it ~1e-5)."""
+
+NO_EFFECT_BATCHES = 10
+"""Consecutive training batches without effect before :func:`no_effect_warning` is shown."""
+
+
+def meds_without_effect(
+    advantage_shifts: Sequence[float], batches: int = NO_EFFECT_BATCHES, threshold: float = NO_EFFECT_SHIFT
+) -> bool:
+    """Whether MEDS changed no update in the last ``batches`` training batches: each one's ``meds/advantage_shift``
+    (mean |A_MEDS - A_without_penalty|, :mod:`hf_meds_cliff.meds.diagnostics`) at most ``threshold``.
+
+    Not idle is not the same as acting: with dynamic sampling every group is mixed, yet when each group's wrong
+    rollouts get one common penalty (none, or all in one cluster) group normalisation cancels it.
+
+    >>> meds_without_effect([0.0] * 9 + [7e-6])
+    True
+    >>> meds_without_effect([0.0] * 9)  # fewer batches than asked for
+    False
+    >>> meds_without_effect([0.0] * 9 + [0.02])
+    False
+    """
+    if batches < 1:
+        raise ValueError(f"batches={batches} must be at least 1 (the number of consecutive batches to look at).")
+    if threshold < 0:
+        raise ValueError(f"threshold={threshold} must be >= 0 (a mean absolute advantage change).")
+    recent = list(advantage_shifts)[-batches:]
+    return len(recent) == batches and all(math.isfinite(v) and abs(v) <= threshold for v in recent)
+
+
+def no_effect_warning(
+    step: int, batches: int, frac_penalized: float, memory_keys: int, memory_rows: int, scale_rewards: str
+) -> str:
+    """The one-time warning when MEDS runs but changes no update, with its numbers and why.
+
+    >>> print(no_effect_warning(12, 10, 0.006, 217, 949, "group"))  # doctest: +ELLIPSIS
+    MEDS has not changed the update in 10 consecutive training batches (up to step 12): ...
+    """
+    per_key = memory_rows / memory_keys if memory_keys else 0.0
+    cancel = (
+        "under scale_rewards='group' a penalty that all wrong rollouts of a group share cancels in the "
+        "normalisation, so MEDS acts only where one group's wrong rollouts get different penalties"
+        if str(scale_rewards) == "group"
+        else f"with scale_rewards={scale_rewards!r} the penalties it gave moved no advantage by more than "
+        f"{NO_EFFECT_SHIFT:g}"
+    )
+    return (
+        f"MEDS has not changed the update in {batches} consecutive training batches (up to step {step}): "
+        f"meds/advantage_shift stayed at or below {NO_EFFECT_SHIFT:g}. It penalised {frac_penalized:.1%} of the "
+        f"rollouts of the last batch, and {cancel} (meds/frac_groups_differentiated). The error memory holds "
+        f"{memory_rows} wrong rollouts over {memory_keys} prompts ({per_key:.1f} per prompt), and a rollout's "
+        "penalty comes from the size of its cluster among its own prompt's stored wrong rollouts. Training goes on "
+        "as it would without MEDS; this warning is shown once."
     )
 
 

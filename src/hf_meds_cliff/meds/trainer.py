@@ -38,7 +38,7 @@ from .features import (
 from .agentic import AGENTIC_ANSWER_OUTSIDE_FINAL_TURN, AGENTIC_NO_ANSWER, locate_final_turn_answers
 from ..collapse import cluster_concentration
 from .answer_memory import ANSWER_MEMORY_JSON_NAME, AnswerMemory
-from .idle import idle_warning, meds_idle
+from .idle import NO_EFFECT_BATCHES, idle_warning, meds_idle, meds_without_effect, no_effect_warning
 from .memory import (
     MEMORY_JSON_NAME,
     MEMORY_NPZ_NAME,
@@ -535,6 +535,29 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         )
         for name, value in diagnostics.items():
             self._metrics["train"][f"meds/{name}"].append(value)
+        self._meds_warn_without_effect(diagnostics["advantage_shift"], rewards_per_func)
+
+    def _meds_warn_without_effect(self, advantage_shift: float, rewards_per_func: torch.Tensor) -> None:
+        """Warn once when MEDS changed no update in ``NO_EFFECT_BATCHES`` consecutive batches (``meds/idle.py``)."""
+        if getattr(self, "_meds_no_effect_warned", False):
+            return
+        shifts = getattr(self, "_meds_recent_shifts", [])
+        self._meds_recent_shifts = [*shifts, float(advantage_shift)][-NO_EFFECT_BATCHES:]
+        if meds_without_effect(self._meds_recent_shifts, batches=NO_EFFECT_BATCHES):
+            self._meds_no_effect_warned = True
+            penalties = rewards_per_func[:, self._meds_penalty_index]
+            wrong_keys = [key for key in self.meds_memory.keys() if isinstance(key, tuple) and key[-1] is False]
+            wrong_rows = sum(len(self.meds_memory.stored_labels(key)) for key in wrong_keys)
+            logger.warning(
+                no_effect_warning(
+                    self.state.global_step + 1,
+                    NO_EFFECT_BATCHES,
+                    float((penalties != 0).float().mean()) if len(penalties) else 0.0,
+                    len(wrong_keys),
+                    wrong_rows,
+                    self.scale_rewards,
+                )
+            )
 
     def _meds_shape(
         self, inputs, prompts, completion_ids_list, rewards_per_func: torch.Tensor
