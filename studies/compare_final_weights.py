@@ -16,7 +16,6 @@ baseline arm moved from the base model), plus the commit, machine and command.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import sys
@@ -25,15 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from smollm2_study import STUDY, model_path, provenance  # noqa: E402
 
+from hf_meds_cliff.checkpointing import file_sha256  # noqa: E402
+
 PAIRS = (("meds_ds", "dapo_ds"), ("cliff_sim", "cliff"), ("grpo_teacher_sim", "cliff_sim"))
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load(folder: Path) -> dict:
@@ -83,7 +76,8 @@ def main(argv=None) -> int:
             if missing:
                 raise FileNotFoundError(f"No final model in {missing}; pass the study's --output_dir as --work.")
             row = {"arm": arm, "baseline": baseline, "seed": seed,
-                   "sha256": {arm: sha256(a_dir / "model.safetensors"), baseline: sha256(b_dir / "model.safetensors")},
+                   "sha256": {arm: file_sha256(a_dir / "model.safetensors"),
+                              baseline: file_sha256(b_dir / "model.safetensors")},
                    **compare(load(a_dir), load(b_dir), base)}  # fmt: skip
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "sha256"}))
