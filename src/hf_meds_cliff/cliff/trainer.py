@@ -8,7 +8,7 @@ import math
 import os
 import textwrap
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -41,6 +41,14 @@ from .code_domain import CodeTestRunner, code_ground_truth, resolve_cliff_domain
 from .config import CliffConfig
 from .cost import COST_KEYS, render_teacher_cost, teacher_step_cost
 from .protocol import GROUP_CLIFF, CliffJudge, StepOutcome, StepRows, problem_text
+from .splits import (
+    SPLIT_WINDOW_ROLLOUTS,
+    SplitRecord,
+    sequence_level_warning,
+    split_record,
+    split_step_metrics,
+    split_window_warning,
+)
 from .teachers.rule_based import RuleBasedToyTeacher
 
 logger = logging.getLogger(__name__)
@@ -215,6 +223,10 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             )
         self.teacher = teacher
         logger.info("Cliff teacher: %r", teacher)
+        if args.cliff_outcome != "teacher" and args.cliff_split_credit:  # else no split reaches the loss anyway
+            averaged = sequence_level_warning(args.importance_sampling_level, args.loss_type)
+            if averaged is not None:
+                logger.warning(averaged)
         # The toy world's rule-based teacher (the default) reads toy questions only: on other data every mixed group
         # would silently fall back to plain GRPO. Checked on the dataset's first rows here, or on the first batch.
         self._cliff_unchecked_rule_teacher = isinstance(teacher, RuleBasedToyTeacher)
@@ -252,6 +264,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         self.cliff_last_outcome: StepOutcome | None = None
         # Teacher cost (cliff/teacher_*, the model card): running totals and the end of the last round's judging.
         self.cliff_teacher_cost: Counter = Counter({key: 0.0 for key in COST_KEYS})
+        # Where the splits of the latest judged wrong rollouts fell (cliff.splits), for the token-0 warning.
+        self.cliff_split_window: deque[SplitRecord] = deque(maxlen=SPLIT_WINDOW_ROLLOUTS)
+        self._cliff_split_warned = False
         self._cliff_round_started: float | None = None
         self._cliff_last_judged: float | None = None
 
@@ -400,6 +415,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         located = torch.tensor([bool(spans) for spans in outcome.sentence_spans], device=device)
         lengths = mask.sum(dim=1).clamp(min=1)
         self._log_cliff_metrics(outcome, (suffix_start.float() / lengths)[located], teacher_counts)
+        self._cliff_log_splits(outcome, rows, suffix_start.tolist())
         self._log_teacher_cost(teacher_cost, cycle_time_s)
         if args.cliff_outcome == "teacher":  # the paper's GRPO with Teacher: one advantage per rollout
             return self._teacher_outcome_advantages(outcome, rows, rewards_per_func, is_correct, group_ids)[local]
@@ -565,6 +581,36 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         metrics["cliff/prefix_fraction"].append(
             prefix_fractions.mean().item() if prefix_fractions.numel() else math.nan
         )
+
+    def _cliff_log_splits(self, outcome: StepOutcome, rows: StepRows, suffix_start: list[int]) -> None:
+        """``cliff/split_rollouts``, ``split_at_token0_fraction``, ``split_token_mean`` of the wrong rollouts of Cliff
+        groups (judged, cached or truncated); warn once when nearly all of the latest ones split at token 0
+        (:mod:`hf_meds_cliff.cliff.splits`)."""
+        records = []
+        for i, first_mistake in enumerate(outcome.first_mistake):
+            detail = outcome.judge_details.get(i, {})
+            if first_mistake is None or detail.get("source") not in ("judged", "cached", "truncated"):
+                continue  # not a wrong rollout of a Cliff group
+            spans = outcome.sentence_spans[i] or self.cliff_judge.split(rows.completions[i])
+            records.append(
+                split_record(
+                    int(suffix_start[i]),
+                    len(spans),
+                    int(first_mistake),
+                    detail.get("agreed"),
+                    truncated=detail.get("source") == "truncated",
+                )
+            )
+        metrics = self._metrics["train"]
+        for name, value in split_step_metrics(records).items():
+            metrics[f"cliff/{name}"].append(value)
+        self.cliff_split_window.extend(records)
+        if records and not self._cliff_split_warned:
+            warning = split_window_warning(self.cliff_split_window)
+            if warning is not None:
+                self._cliff_split_warned = True
+                if self.accelerator.is_main_process:
+                    logger.warning(warning)
 
     def _log_teacher_cost(self, cost: dict[str, float], cycle_time_s: float) -> None:
         """Log ``cliff/teacher_*`` (see :mod:`hf_meds_cliff.cliff.cost`) and add the round to the run's totals."""

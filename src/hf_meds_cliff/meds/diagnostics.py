@@ -175,13 +175,91 @@ def meds_advantage_diagnostics(
     without_penalty = trl_advantages(values[:, keep], weights[keep], group_ids, scale_rewards, aggregation)
 
     index, num_groups = _group_index(group_ids, batch_size)
-    penalty = values[:, penalty_index]
-    differentiated = 0
-    for group in range(num_groups):
-        wrong_penalties = penalty[(index == group) & ~correct & ~np.isnan(penalty)]
-        if wrong_penalties.size >= 2 and wrong_penalties.max() - wrong_penalties.min() > tolerance:
-            differentiated += 1
+    differentiated = _differentiated_groups(values[:, penalty_index], correct, index, num_groups, tolerance)
     return {
         "advantage_shift": float(np.mean(np.abs(with_penalty - without_penalty))),
-        "frac_groups_differentiated": differentiated / num_groups,
+        "frac_groups_differentiated": int(differentiated.sum()) / num_groups,
     }
+
+
+def _differentiated_groups(
+    penalty: np.ndarray, correct: np.ndarray, index: np.ndarray, num_groups: int, tolerance: float
+) -> np.ndarray:
+    """(num_groups,) bools: at least two wrong rollouts of the group got penalties more than ``tolerance`` apart."""
+    out = np.zeros(num_groups, dtype=bool)
+    for group in range(num_groups):
+        wrong_penalties = penalty[(index == group) & ~correct & ~np.isnan(penalty)]
+        out[group] = wrong_penalties.size >= 2 and wrong_penalties.max() - wrong_penalties.min() > tolerance
+    return out
+
+
+def meds_group_counts(
+    penalties: Any, is_correct: Any, shaped: Any, revisited: Any, group_ids: Any, tolerance: float = 1e-9
+) -> dict[str, int]:
+    """What MEDS did to one batch's groups, as counts (the trainer sums them over the run).
+
+    Args:
+        penalties: (B,) the MEDS penalty of each row (0 where not shaped, NaN where ungraded).
+        is_correct: (B,) bools.
+        shaped: (B,) bools, rows the penalty may act on (memorised and not in a uniform group).
+        revisited: (B,) bools, rows whose prompt already had stored wrong rollouts before this batch.
+        group_ids: (B,) group of each row.
+        tolerance: penalties closer than this count as equal.
+
+    Returns:
+        ``groups_mixed`` (groups with a shaped right and a shaped wrong rollout), ``groups_revisited`` (those whose
+        prompt was memorised before: the only ones MEDS can differentiate, since a first visit sizes every rollout
+        0), ``groups_differentiated`` (groups whose wrong rollouts got different penalties), ``rollouts_shaped``,
+        ``rollouts_penalised`` (nonzero penalty).
+
+    >>> meds_group_counts([0.0, -0.1, -0.2, 0.0, 0.0, 0.0], [True, False, False, True, False, False],
+    ...                   [True] * 6, [True, True, True, False, False, False], [0, 0, 0, 1, 1, 1])
+    {'groups_mixed': 2, 'groups_revisited': 1, 'groups_differentiated': 1, 'rollouts_shaped': 6, 'rollouts_penalised': 2}
+    """
+    penalty = _as_array(penalties, "penalties", 1)
+    batch_size = penalty.shape[0]
+    arrays = {}
+    for name, values in (("is_correct", is_correct), ("shaped", shaped), ("revisited", revisited)):
+        arrays[name] = np.asarray(values, dtype=bool)
+        if arrays[name].shape != (batch_size,):
+            raise ValueError(f"{name} must have shape ({batch_size},), got {arrays[name].shape}.")
+    correct, shaped_rows, revisited_rows = arrays["is_correct"], arrays["shaped"], arrays["revisited"]
+    if batch_size == 0:
+        return dict.fromkeys(
+            ("groups_mixed", "groups_revisited", "groups_differentiated", "rollouts_shaped", "rollouts_penalised"), 0
+        )
+    index, num_groups = _group_index(group_ids, batch_size)
+    mixed = np.zeros(num_groups, dtype=bool)
+    revisited_groups = np.zeros(num_groups, dtype=bool)
+    for group in range(num_groups):
+        rows = (index == group) & shaped_rows
+        mixed[group] = bool((correct[rows]).any() and (~correct[rows]).any())
+        revisited_groups[group] = mixed[group] and bool(revisited_rows[rows].any())
+    shaped_penalty = np.where(shaped_rows, penalty, np.nan)
+    differentiated = _differentiated_groups(shaped_penalty, correct, index, num_groups, tolerance)
+    with np.errstate(invalid="ignore"):
+        penalised = shaped_rows & (np.abs(np.nan_to_num(penalty)) > tolerance)
+    return {
+        "groups_mixed": int(mixed.sum()),
+        "groups_revisited": int(revisited_groups.sum()),
+        "groups_differentiated": int(differentiated.sum()),
+        "rollouts_shaped": int(shaped_rows.sum()),
+        "rollouts_penalised": int(penalised.sum()),
+    }
+
+
+def meds_summary_line(totals: Any, memory_rows: int, memory_keys: int) -> str:
+    """One line on what MEDS did in a run, from summed :func:`meds_group_counts`.
+
+    >>> print(meds_summary_line({"groups_mixed": 320, "groups_revisited": 250, "groups_differentiated": 61,
+    ...                          "rollouts_shaped": 2560, "rollouts_penalised": 700}, 1234, 128))
+    MEDS differentiated 61 of 320 mixed groups (61 of the 250 that met their prompt's stored mistakes) and \
+penalised 700 of 2,560 shaped rollouts; its memory holds 1,234 rollouts under 128 keys.
+    """
+    get = lambda name: int(totals.get(name, 0))  # noqa: E731
+    return (
+        f"MEDS differentiated {get('groups_differentiated'):,} of {get('groups_mixed'):,} mixed groups "
+        f"({get('groups_differentiated'):,} of the {get('groups_revisited'):,} that met their prompt's stored "
+        f"mistakes) and penalised {get('rollouts_penalised'):,} of {get('rollouts_shaped'):,} shaped rollouts; its "
+        f"memory holds {memory_rows:,} rollouts under {memory_keys:,} keys."
+    )

@@ -7,11 +7,14 @@ import math
 import os
 import textwrap
 import time
+import weakref
+from collections import Counter
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from accelerate.utils import gather, gather_object
+from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import get_callable_name
 
@@ -24,7 +27,7 @@ from ..data import problem_text, prompt_keys
 from ..model_card import MethodModelCardMixin
 from ..rewards.extraction import extract_final_answer
 from .config import MEDSConfig
-from .diagnostics import meds_advantage_diagnostics
+from .diagnostics import meds_advantage_diagnostics, meds_group_counts, meds_summary_line
 from .features import (
     AnswerLocation,
     AnswerLogitCapture,
@@ -38,6 +41,13 @@ from .features import (
 from .agentic import AGENTIC_ANSWER_OUTSIDE_FINAL_TURN, AGENTIC_NO_ANSWER, locate_final_turn_answers
 from ..collapse import cluster_concentration
 from .answer_memory import ANSWER_MEMORY_JSON_NAME, AnswerMemory
+from .preflight import (
+    MEDSVisitEstimate,
+    estimate_meds_visits,
+    meds_can_act,
+    meds_preflight_message,
+    training_generations,
+)
 from .idle import NO_EFFECT_BATCHES, idle_warning, meds_idle, meds_without_effect, no_effect_warning
 from .memory import (
     MEMORY_JSON_NAME,
@@ -87,6 +97,18 @@ _MEDS_ON_CODE_MESSAGE = (
     "without a feature and MEDS would silently be plain GRPO. For code, train with Cliff (`hf-meds-cliff cliff`, "
     "CliffGRPOTrainer with hf_meds_cliff.code.CodeTestsReward), or with plain GRPO (`hf-meds-cliff grpo`)."
 )
+
+
+class _MEDSPreflightCallback(TrainerCallback):
+    """Runs :meth:`MEDSGRPOTrainer._meds_preflight` once training knows its number of steps."""
+
+    def __init__(self, trainer: MEDSGRPOTrainer):
+        self._trainer = weakref.ref(trainer)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        trainer = self._trainer()
+        if trainer is not None:
+            trainer._meds_preflight(state.max_steps)
 
 
 class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafetyMixin, GRPOTrainer):
@@ -254,6 +276,11 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._meds_correctness_checked = False  # the first training batch checks the reward is 0/1
         self._meds_local_rule_codes = torch.zeros(0, dtype=torch.long)  # this process's rows, see _meds_rule_codes
         self._meds_warned_boxed_without_feature = False
+        self.meds_totals: Counter = Counter()
+        """What MEDS did in this process's training so far: sums of :meth:`_meds_count_groups`' counts."""
+        self.meds_preflight: MEDSVisitEstimate | None = None
+        """The start-of-training estimate of how often MEDS meets each prompt again (:mod:`.preflight`)."""
+        self.add_callback(_MEDSPreflightCallback(self))
 
     def _meds_append_penalty_column(self) -> None:
         """Append the ``meds_penalty`` column last in every per-function list of TRL (``reward_funcs``,
@@ -264,6 +291,51 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self.reward_processing_classes.append(None)
         self.reward_weights = torch.cat([self.reward_weights, torch.ones(1)])
         self._meds_penalty_index = len(self.reward_funcs) - 1
+
+    # ------------------------------------------------------------------------------------------
+    # Pre-flight: can MEDS act in this run?
+    # ------------------------------------------------------------------------------------------
+
+    def _meds_pool_size(self) -> int | None:
+        """Distinct prompts of the training set (by ``meds_prompt_id_column`` when every row has one); ``None``
+        for a dataset without a length (an iterable dataset)."""
+        dataset = self.train_dataset
+        try:
+            size = len(dataset)
+        except TypeError:
+            return None
+        column = self.args.meds_prompt_id_column
+        if column is not None and column in (getattr(dataset, "column_names", None) or ()):
+            return len(set(dataset[column]))
+        return size
+
+    def _meds_preflight(self, max_steps: int) -> None:
+        """At the start of training: estimate how often each prompt is memorised again (:mod:`.preflight`), log it
+        as ``meds/preflight/*`` and warn once when MEDS can barely act."""
+        args = self.args
+        pool_size = self._meds_pool_size()
+        if pool_size is None or pool_size < 1 or max_steps < 1:
+            return
+        self.meds_preflight = estimate = estimate_meds_visits(
+            pool_size,
+            max(1, args.generation_batch_size // self.num_generations),
+            training_generations(
+                max_steps, args.gradient_accumulation_steps, args.steps_per_generation, self.num_iterations
+            ),
+            self.num_generations,
+            dynamic_sampling=bool(args.dynamic_sampling),
+            min_cluster_size=args.meds_min_cluster_size,
+            max_rows_per_key=args.meds_max_rows_per_key,
+        )
+        for name, value in estimate.as_metrics().items():
+            self._metrics["train"][name].append(value)
+        if self.accelerator.is_main_process:
+            message = meds_preflight_message(estimate, steps=max_steps)
+            (logger.info if meds_can_act(estimate) else logger.warning)(message)
+
+    def meds_summary(self) -> str:
+        """One line saying what MEDS did in this process's training: groups differentiated, rollouts penalised."""
+        return meds_summary_line(self.meds_totals, self.meds_memory.num_rows, len(self.meds_memory))
 
     # ------------------------------------------------------------------------------------------
     # Features
@@ -616,6 +688,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         rows = np.flatnonzero(scored.numpy())
         cluster_sizes = np.full(len(keys), -1, dtype=np.int64)
         penalties = torch.zeros(len(keys), dtype=torch.float32)
+        # Rows whose prompt already holds stored wrong rollouts: only these can get nonzero, different sizes.
+        revisited = np.array([(key, False) in self.meds_memory for key in keys], dtype=bool)
         start = time.perf_counter()
         if len(rows) > 0:
             memory_keys = [(keys[i], bool(is_correct[i])) for i in rows]
@@ -659,8 +733,16 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         self._meds_log_rules(rule_codes)
         self._meds_log_agentic()
         self._meds_log(
-            features[scored], cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
+            features[scored],
+            cluster_sizes,
+            penalties,
+            has_feature,
+            scored,
+            time_features,
+            time_clustering,
+            memory_updated=len(rows) > 0,
         )
+        self._meds_count_groups(penalties, is_correct, shaped_rows.numpy(), revisited)
         self._metrics["train"]["meds/num_not_memorised"].append(float(num_not_memorised))
         self._metrics["train"]["meds/frac_groups_uniform"].append(
             float(uniform.view(-1, self.num_generations)[:, 0].float().mean()) if len(uniform) else 0.0
@@ -709,8 +791,30 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 )
             )
 
+    def _meds_count_groups(self, penalties, is_correct, shaped_rows, revisited) -> None:
+        """``meds/groups_mixed``, ``groups_revisited``, ``groups_differentiated``, ``rollouts_penalised`` of this
+        batch (:func:`~hf_meds_cliff.meds.diagnostics.meds_group_counts`), added to :attr:`meds_totals`."""
+        counts = meds_group_counts(
+            penalties.numpy(),
+            is_correct,
+            shaped_rows,
+            revisited,
+            np.arange(len(is_correct)) // self.num_generations,
+        )
+        for name, value in counts.items():
+            self._metrics["train"][f"meds/{name}"].append(float(value))
+        self.meds_totals.update(counts)
+
     def _meds_log(
-        self, features, cluster_sizes, penalties, has_feature, scored, time_features, time_clustering
+        self,
+        features,
+        cluster_sizes,
+        penalties,
+        has_feature,
+        scored,
+        time_features,
+        time_clustering,
+        memory_updated: bool = True,
     ):
         metrics = self._metrics["train"]
         num = len(cluster_sizes)
@@ -722,6 +826,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         metrics["meds/time_clustering_s"].append(float(time_clustering))
         if len(features) >= 2:
             metrics["meds/top1_eigen_ratio"].append(float(top1_eigen_ratio(features.numpy())))
+        if not memory_updated:  # e.g. a dynamic-sampling round without survivors: the memory's stats are old
+            return
         # The memory's own statistics: clusters_per_key, noise_fraction, mean/max_cluster_size, memory_rows, ...
         for name, value in sorted(self.meds_memory.last_step_stats().items()):
             if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
