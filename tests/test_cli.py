@@ -24,7 +24,7 @@ def test_console_script_in_pyproject_resolves_to_a_callable():
 def test_no_command_prints_the_commands(capsys):
     assert cli.main([]) == 0
     out = capsys.readouterr().out
-    for command in ("meds", "cliff", "grpo", "eval", "report"):
+    for command in ("meds", "cliff", "grpo", "eval", "report", "preflight"):
         assert command in out
 
 
@@ -36,6 +36,7 @@ def test_no_command_prints_the_commands(capsys):
         ("grpo", "--dynamic_sampling"),
         ("eval", "--num_samples"),
         ("report", "--max_prompts"),
+        ("preflight", "--mixed_fraction"),
     ],
 )
 def test_every_command_has_help(command, option, capsys):

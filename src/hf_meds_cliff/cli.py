@@ -10,6 +10,7 @@
     hf-meds-cliff compare RUN_A RUN_B [--label A B] [--output_dir D]     (B - A per benchmark, with a 95% CI)
     hf-meds-cliff report RUN_DIR [-o report.html]
     hf-meds-cliff judge-eval --data Qwen/ProcessBench|FILE|toy [teacher flags] [--output_json PATH]
+    hf-meds-cliff preflight meds|cliff|grpo [--config recipe.yaml] [training flags] [--num_processes N]
 
 The training commands take exactly the arguments of ``scripts/train_<method>.py`` (both run the code of
 :mod:`hf_meds_cliff.scripts`); with no arguments they train on the offline toy world. As with ``trl``, flags
@@ -105,6 +106,12 @@ def run_compare_command(argv: Sequence[str]) -> int:
     return compare_main(argv, prog=f"{PROG} compare")
 
 
+def run_preflight_command(argv: Sequence[str]) -> int:
+    from .scripts import preflight
+
+    return preflight.run(argv, prog=f"{PROG} preflight")
+
+
 def run_judge_eval_command(argv: Sequence[str]) -> int:
     from .scripts import judge_eval
 
@@ -183,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help=f"Show the Python traceback of an error (same as {DEBUG_ENV}=1)."
     )
-    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,compare,report,judge-eval}")
+    commands = parser.add_subparsers(dest="command", metavar="{meds,cliff,grpo,eval,compare,report,preflight,judge-eval}")
     for name, (_, help_text) in TRAINING_COMMANDS.items():
         commands.add_parser(name, help=help_text, add_help=False)  # --help goes to the training parser
     commands.add_parser(
@@ -200,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "report", help="Write RUN_DIR/report.html, a self-contained view of a run.", add_help=False
+    )
+    commands.add_parser(
+        "preflight",
+        help="Before launching a recipe: can MEDS or Cliff act in its run (visits per prompt, rows per visit; the "
+        "teacher's calls and tokens per step)? Loads no model.",
+        add_help=False,
     )
     commands.add_parser(
         "judge-eval",
@@ -228,6 +241,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_compare_command(rest)
     if args.command == "judge-eval":
         return run_judge_eval_command(rest)
+    if args.command == "preflight":
+        return run_preflight_command(rest)
     return run_report_command(rest)
 
 

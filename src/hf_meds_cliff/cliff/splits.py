@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "SPLIT_AT_TOKEN0_SHARE",
     "SPLIT_WINDOW_MIN_ROLLOUTS",
     "SPLIT_WINDOW_ROLLOUTS",
     "SplitRecord",
+    "cliff_teacher_load",
     "sequence_level_warning",
     "split_record",
     "split_step_metrics",
@@ -185,3 +187,51 @@ def sequence_level_warning(importance_sampling_level: str, loss_type: str) -> st
         "loss that keeps per-token terms under sequence-level ratios (loss_type='cispo' or 'vespo'); see "
         "docs/guide.md, 'Cliff and TRL's loss options'."
     )
+
+
+CHARS_PER_TOKEN = 4.0
+"""Characters per token for the pre-flight's token estimates when no tokenizer is loaded (English prose and math)."""
+
+
+def cliff_teacher_load(
+    prompts_per_generation: int,
+    num_generations: int,
+    *,
+    mixed_fraction: float = 0.5,
+    pass_rate: float = 0.5,
+    self_consistency: int = 1,
+    judge_every_rollout: bool = False,
+    judge_prompt_tokens: float,
+    max_completion_length: int,
+    teacher_max_tokens: int,
+) -> dict[str, float]:
+    """What Cliff asks of its teacher per generation batch, before any model is loaded (upper bounds on tokens).
+
+    Judge calls: one per wrong rollout of a mixed group (``prompts × mixed_fraction × G × (1 - pass_rate)``), every
+    rollout of one with ``judge_every_rollout`` (the "GRPO with Teacher" ablation), times ``self_consistency``; a
+    truncated rollout costs none (not counted here). Solve calls: at most one per mixed prompt (``prompts ×
+    mixed_fraction``), fewer once the reference cache holds the prompt. Tokens per judge call: the judge prompt
+    (instructions and problem, ``judge_prompt_tokens``) plus the rollout (at most ``max_completion_length``) and the
+    reference (at most ``teacher_max_tokens``) in, at most ``teacher_max_tokens`` out.
+
+    >>> load = cliff_teacher_load(512, 16, judge_prompt_tokens=600, max_completion_length=4096, teacher_max_tokens=2048)
+    >>> load["judge_calls"], load["solve_calls_at_most"], load["judge_prompt_tokens_at_most"]
+    (2048.0, 256.0, 13811712.0)
+    """
+    for name, value in (("prompts_per_generation", prompts_per_generation), ("num_generations", num_generations)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be >= 1.")
+    if not 0.0 < mixed_fraction <= 1.0 or not 0.0 <= pass_rate < 1.0:
+        raise ValueError(f"mixed_fraction={mixed_fraction} must be in (0, 1] and pass_rate={pass_rate} in [0, 1).")
+    mixed = prompts_per_generation * mixed_fraction
+    judged_share = 1.0 if judge_every_rollout else 1.0 - pass_rate
+    judge_calls = mixed * num_generations * judged_share * max(1, self_consistency)
+    per_call_in = judge_prompt_tokens + max_completion_length + teacher_max_tokens
+    return {
+        "judge_calls": judge_calls,
+        "solve_calls_at_most": mixed,
+        "judge_prompt_tokens_at_most": judge_calls * per_call_in,
+        "judge_completion_tokens_at_most": judge_calls * teacher_max_tokens,
+        "solve_prompt_tokens_at_most": mixed * judge_prompt_tokens,
+        "solve_completion_tokens_at_most": mixed * teacher_max_tokens,
+    }

@@ -88,6 +88,7 @@ def main(script_args, training_args, model_args):
             f"Model, tokenizer, metrics.jsonl, {MEMORY_DIRNAME}/ and "
             f"{plot.name if plot else '(no plot)'} written to {output_dir}"
         )
+        trainer.accelerator.print(trainer.meds_summary())
     return trainer
 
 
