@@ -55,7 +55,7 @@ def test_module_runs_as_a_program():
         timeout=120,
         check=False,
     )
-    assert result.returncode == 0 and "{meds,cliff,grpo,eval,compare,report,judge-eval}" in result.stdout
+    assert result.returncode == 0 and "{meds,cliff,grpo,eval,compare,report,preflight,judge-eval}" in result.stdout
 
 
 def test_unknown_flags_go_to_accelerate_launch():
