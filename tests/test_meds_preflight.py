@@ -105,6 +105,22 @@ def test_metrics_round_trip_and_message():
     assert can.startswith("MEDS can act in this run: 5.00 memorised visits per prompt")
 
 
+def test_report_shows_the_logged_estimate(tmp_path):
+    from hf_meds_cliff.meds.memory import ErrorMemory
+    from hf_meds_cliff.report import write_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    estimate = estimate_meds_visits(512, 2, 60, 8, dynamic_sampling=True)
+    records = [{"step": 1, "meds/mean_penalty": 0.0, **estimate.as_metrics()}, {"step": 2, "meds/mean_penalty": 0.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    memory = ErrorMemory()
+    memory.assign_and_update([("p1", False)], np.array([[1.0, 0.0]]))
+    memory.save(run / "meds_memory")
+    html = write_report(run).read_text()
+    assert 'id="meds-preflight">At the start of training: MEDS can barely act in this run: 0.23 memorised' in html
+
+
 # -- against the SmolLM2 study's logged memory ----------------------------------------------------------------------
 
 

@@ -736,6 +736,15 @@ def meds_section(data: RunData, max_prompts: int) -> str:
     )
     if why_empty:
         out.append(f'<p class="empty" id="meds-empty">{esc(why_empty)}</p>')
+    from .meds.preflight import MEDSVisitEstimate, meds_preflight_message
+
+    estimate = next(
+        (e for e in map(MEDSVisitEstimate.from_metrics, data.log_history) if e is not None), None
+    )  # logged once, with the first step
+    if estimate is not None:
+        out.append(
+            f'<p class="note" id="meds-preflight">At the start of training: {esc(meds_preflight_message(estimate))}</p>'
+        )
     if not has_snippets:
         out.append(
             '<p class="empty">This memory has no completion snippets (saved with '
