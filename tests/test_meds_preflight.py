@@ -68,6 +68,15 @@ def test_mixed_fraction_and_row_cap():
     assert estimate_meds_visits(10, 10, 4, 8, dynamic_sampling=True, mixed_fraction=0.5).visits_per_prompt == 4.0
 
 
+def test_can_act_needs_half_revisits_and_enough_rows():
+    # every prompt visited twice (permutation): half the visits are revisits, but G=4 stores 2 wrong rows a visit,
+    # fewer than the 5 HDBSCAN needs; with G=16 (8 a visit) the same run can act
+    small = estimate_meds_visits(4, 4, 2, 4, dynamic_sampling=False)
+    assert small.revisit_share == 0.5 and small.rows_at_revisit == 2.0 and not meds_can_act(small)
+    large = estimate_meds_visits(4, 4, 2, 16, dynamic_sampling=False)
+    assert large.revisit_share == 0.5 and large.rows_at_revisit == 8.0 and meds_can_act(large)
+
+
 def test_rows_to_split_and_generations():
     assert rows_to_split(2) == 5 and rows_to_split(3) == 7
     assert training_generations(60, 1, 1, 1) == 60

@@ -47,7 +47,8 @@ __all__ = [
 ]
 
 MIN_REVISIT_SHARE = 0.5
-"""MEDS can act on a run only when most memorised visits (more than this share) find their prompt memorised before."""
+"""MEDS can act on a run only when at least this share of memorised visits find their prompt memorised before (below
+it, most prompts are memorised once)."""
 
 DEFAULT_PASS_RATE = 0.5
 """The assumed share of right rollouts in a memorised (mixed) group, for the wrong rollouts stored per visit."""
@@ -256,9 +257,9 @@ def estimate_meds_visits(
 
 
 def meds_can_act(estimate: MEDSVisitEstimate) -> bool:
-    """Whether MEDS can change updates in this run: most memorised visits are revisits
+    """Whether MEDS can change updates in this run: at least half the memorised visits are revisits
     (:data:`MIN_REVISIT_SHARE`) and a revisit finds, on average, at least the rows HDBSCAN needs to split."""
-    return estimate.revisit_share > MIN_REVISIT_SHARE and estimate.rows_at_revisit >= estimate.rows_to_split
+    return estimate.revisit_share >= MIN_REVISIT_SHARE and estimate.rows_at_revisit >= estimate.rows_to_split
 
 
 def meds_preflight_message(estimate: MEDSVisitEstimate, steps: int | None = None) -> str:
