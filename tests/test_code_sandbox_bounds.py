@@ -11,7 +11,6 @@ test, the fallback forced with ``HF_MEDS_CLIFF_SANDBOX_CGROUPS=none``) once, alt
 ``-m integration`` runs the whole matrix with both start methods.
 """
 
-import ctypes
 import os
 import socket
 import tempfile
@@ -49,10 +48,14 @@ def make_limits(setup, monkeypatch, **changes):
         monkeypatch.setenv("HF_MEDS_CLIFF_SANDBOX_CGROUPS", "none")
     else:
         monkeypatch.delenv("HF_MEDS_CLIFF_SANDBOX_CGROUPS", raising=False)
-    settings = dict(
-        timeout_s=8, memory_mb=MEMORY_MB, max_output_bytes=1 << 20, max_processes=32, isolation=isolation,
-        start_method=method,
-    )
+    settings = {
+        "timeout_s": 8,
+        "memory_mb": MEMORY_MB,
+        "max_output_bytes": 1 << 20,
+        "max_processes": 32,
+        "isolation": isolation,
+        "start_method": method,
+    }
     settings.update(changes)
     return SandboxLimits(**settings)
 
@@ -94,8 +97,10 @@ def test_sysv_shared_memory_is_charged_and_never_outlives_the_test(setup, monkey
     """320 MiB of SysV shared memory per test, created, written and detached, under ``memory_mb=128``: it never
     survives, and no segment is left on the host after the run (before: every test passed, 640 MiB held by test
     2)."""
-    program = LIBC + textwrap.dedent(
-        """
+    program = (
+        LIBC
+        + textwrap.dedent(
+            """
         libc.shmat.restype = ctypes.c_void_p
         size = 320 << 20
         made = 0
@@ -110,7 +115,10 @@ def test_sysv_shared_memory_is_charged_and_never_outlives_the_test(setup, monkey
             libc.shmdt(ctypes.c_void_p(address))
             made += size // 4
         """
-    ) + HOLD + "print('survived' if made == size else made)\n"
+        )
+        + HOLD
+        + "print('survived' if made == size else made)\n"
+    )
     before = sysv_segments()
     tests = [{"input": "", "output": "survived"}, {"input": "", "output": "survived"}]
     result = run_tests(program, tests, limits=make_limits(setup, monkeypatch), stop_at_first_failure=False)
@@ -124,8 +132,9 @@ def test_sysv_shared_memory_is_charged_and_never_outlives_the_test(setup, monkey
 @pytest.mark.parametrize("setup", SETUPS)
 def test_memfd_writes_are_bounded(setup, monkeypatch):
     """600 MiB written into memfd files (40 of 15 MiB: each under ``file_size_mb``) under ``memory_mb=128``."""
-    program = textwrap.dedent(
-        """
+    program = (
+        textwrap.dedent(
+            """
         import os
         files, chunk = [], b"x" * (1 << 20)
         for index in range(40):
@@ -134,7 +143,10 @@ def test_memfd_writes_are_bounded(setup, monkeypatch):
                 os.write(fd, chunk)
             files.append(fd)
         """
-    ) + HOLD + "print('survived')\n"
+        )
+        + HOLD
+        + "print('survived')\n"
+    )
     result = run_tests(program, [{"input": "", "output": "survived"}], limits=make_limits(setup, monkeypatch))
     check_bound(result, setup)
     assert statuses(result) != ["passed"], result.results
@@ -145,8 +157,10 @@ def test_memfd_writes_are_bounded(setup, monkeypatch):
 @pytest.mark.parametrize("setup", SETUPS)
 def test_a_tmpfs_of_its_own_namespace_is_bounded(setup, monkeypatch):
     """A tmpfs mounted in the program's own new user and mount namespaces, filled with 600 MiB."""
-    program = LIBC + textwrap.dedent(
-        """
+    program = (
+        LIBC
+        + textwrap.dedent(
+            """
         uid, gid = os.getuid(), os.getgid()
         libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: its own /proc/self files become writable to it
         if libc.unshare(0x10000000 | 0x00020000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
@@ -166,7 +180,10 @@ def test_a_tmpfs_of_its_own_namespace_is_bounded(setup, monkeypatch):
                 for _ in range(15):
                     f.write(chunk)
         """
-    ) + HOLD + "print('survived')\n"
+        )
+        + HOLD
+        + "print('survived')\n"
+    )
     result = run_tests(program, [{"input": "", "output": "survived"}], limits=make_limits(setup, monkeypatch))
     check_bound(result, setup)
     assert statuses(result) != ["passed"], result.results
@@ -208,9 +225,14 @@ def test_shared_anonymous_memory_across_children_is_bounded(setup, monkeypatch):
 @pytest.mark.skipif(not CGROUPS, reason="no writable memory group on this machine: only the fallback runs")
 @pytest.mark.parametrize(
     "isolation, method",
-    [("auto", "fork_server"), ("none", "exec"), *(
-        pytest.param(*pair, marks=pytest.mark.integration) for pair in [("auto", "exec"), ("none", "fork_server")]
-    )],
+    [
+        ("auto", "fork_server"),
+        ("none", "exec"),
+        *(
+            pytest.param(*pair, marks=pytest.mark.integration)
+            for pair in [("auto", "exec"), ("none", "fork_server")]
+        ),
+    ],
 )
 def test_idle_forked_workers_are_not_a_memory_limit(isolation, method, monkeypatch):
     """A correct program with 24 idle forked workers under ``memory_mb=256``: the pages they share with their
@@ -240,16 +262,22 @@ def test_idle_forked_workers_are_not_a_memory_limit(isolation, method, monkeypat
 
 
 @pytest.mark.parametrize("method", ["fork_server", "exec"])
-def test_a_host_unix_socket_is_unreachable(method, monkeypatch, tmp_path_factory):
+@pytest.mark.parametrize("kind", ["path", "abstract"])
+def test_a_host_unix_socket_is_unreachable(method, kind, monkeypatch):
     """A listening, world-writable Unix socket in the host's temporary folder: under isolation the program's root
     holds no host /tmp, /run or home, so its path does not exist for the program (before: it connected and
-    exchanged data). Limits-only mode cannot give this (docs/code_sandbox.md)."""
+    exchanged data); an abstract socket belongs to the host's network namespace, which the program is not in.
+    Limits-only mode cannot give this (docs/code_sandbox.md)."""
     folder = tempfile.mkdtemp(prefix="hf-meds-cliff-socket-")
     os.chmod(folder, 0o777)
     path = os.path.join(folder, "served.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
-    os.chmod(path, 0o777)
+    if kind == "path":
+        server.bind(path)
+        os.chmod(path, 0o777)
+    else:
+        path = "\0" + os.path.basename(folder)
+        server.bind(path)
     server.listen(4)
     server.settimeout(0.2)
     accepted = []
@@ -285,7 +313,8 @@ def test_a_host_unix_socket_is_unreachable(method, monkeypatch, tmp_path_factory
         stop.set()
         thread.join()
         server.close()
-        os.unlink(path)
+        if kind == "path":
+            os.unlink(path)
         os.rmdir(folder)
     if not result.isolated:
         pytest.skip("this OS refuses user namespaces")
@@ -322,13 +351,17 @@ def test_sysv_message_queues_do_not_cross_tests_or_outlive_the_run(setup, monkey
         assert str(key) not in {line.split()[0] for line in listing.readlines()[1:]}
 
 
-@pytest.mark.skipif(syscall_numbers() is None, reason="add_key/keyctl numbers known for x86_64, aarch64, riscv64")
+@pytest.mark.skipif(
+    syscall_numbers() is None, reason="add_key/keyctl numbers known for x86_64, aarch64, riscv64"
+)
 @pytest.mark.parametrize("setup", DEFAULT_SETUPS)
 def test_the_user_keyring_does_not_cross_tests(setup, monkeypatch):
     """Test 1 adds a key to the uid's user keyring (``@u``), test 2 searches for it (before: found, the tests of
     one program share a uid). A fresh uid's user keyrings are sealed before the program runs."""
     if os.geteuid() != 0 and setup[0] == "none":
-        pytest.skip("limits-only mode as a uid that is not root runs tests as the caller: its @u is the caller's")
+        pytest.skip(
+            "limits-only mode as a uid that is not root runs tests as the caller: its @u is the caller's"
+        )
     add_key, keyctl = syscall_numbers()
     name = f"hf-meds-cliff-{uuid.uuid4().hex[:8]}"
     program = LIBC + textwrap.dedent(

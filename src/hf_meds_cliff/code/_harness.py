@@ -277,9 +277,8 @@ def _new_ipc_namespace(limits, capped):
     settings = {"shmmax": megabytes << 20, "shmall": (megabytes << 20) // page, "shmmni": 64, "msgmni": 32}
     for name, value in settings.items():
         if megabytes or name in ("shmmni", "msgmni"):
-            with contextlib.suppress(OSError):
-                with open(f"/proc/sys/kernel/{name}", "w") as setting:
-                    setting.write(str(value))
+            with contextlib.suppress(OSError), open(f"/proc/sys/kernel/{name}", "w") as setting:
+                setting.write(str(value))
     return True
 
 
@@ -394,7 +393,7 @@ def _zygote(sock_fd, job, code, prelude):
 
 
 def _program_process(job, code, prelude, fds, group_fds, folder, status_w):
-    """P: into the test's memory and pids groups (``group_fds``: their ``cgroup.procs``), its three pipes at 0, 1, 2
+    """P: into the test's memory and pids groups (``group_fds``: their ``tasks`` or ``cgroup.procs``), its three pipes at 0, 1, 2
     and every other descriptor closed; a failed setup is reported on ``status_w``, which is closed before the
     program runs. Never returns."""
     try:
@@ -1202,9 +1201,8 @@ def _serve_as_namespace_init(job, control, setup_w):
         os.environ["HOME"] = os.environ["TMPDIR"] = TestSpace.BOX
         # no user namespace below this one: a test process cannot mount a filesystem of its own, nor make
         # the namespaces that a mount needs
-        with contextlib.suppress(OSError):
-            with open("/proc/sys/user/max_user_namespaces", "w") as setting:
-                setting.write("0")
+        with contextlib.suppress(OSError), open("/proc/sys/user/max_user_namespaces", "w") as setting:
+            setting.write("0")
         socket.sethostname("sandbox")
     except BaseException as error:  # noqa: BLE001 - reported to B0, which serves without isolation
         _write_all(setup_w, b"0" + f"{type(error).__name__}: {error}".encode(errors="replace"))
