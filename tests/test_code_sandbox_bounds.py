@@ -500,3 +500,56 @@ def test_a_control_flow_exception_from_the_program_fails_the_test(setup, excepti
     result = run_tests(program, tests, limits=make_limits(setup, monkeypatch))
     assert statuses(result) == ["runtime_error"], result.results
     assert "RuntimeError" in (result.results[0].error or ""), result.results
+
+
+# ---------------------------------------------------------------- the memory bound's settings, and the removal alone
+
+
+def test_cgroups_setting_is_checked_and_required_refuses_the_fallback(monkeypatch):
+    with pytest.raises(ValueError, match="cgroups='sometimes' must be one of"):
+        SandboxLimits(cgroups="sometimes")
+    monkeypatch.setenv("HF_MEDS_CLIFF_SANDBOX_CGROUPS", "none")
+    limits = SandboxLimits(timeout_s=5, cgroups="required", isolation="none")
+    result = run_tests("print(1)", [{"input": "", "output": "1"}], limits=limits)
+    assert statuses(result) == ["sandbox_error"], result.results
+    assert "memory groups required but unavailable" in result.results[0].error
+    monkeypatch.delenv("HF_MEDS_CLIFF_SANDBOX_CGROUPS")
+    forbidden = run_tests(
+        "print(1)", [{"input": "", "output": "1"}], limits=SandboxLimits(timeout_s=5, cgroups="none")
+    )
+    assert forbidden.passed and forbidden.memory_bound in ("per_program_watchdog", "per_process_rlimit")
+
+
+def test_the_removal_never_recurses_never_raises_and_counts_what_remains(tmp_path, monkeypatch):
+    """The removal alone, on the host's disk: 1,500 levels, a folder of mode 000, a name that is not UTF-8; then
+    one entry whose removal fails: counted, not raised."""
+    from hf_meds_cliff.code import _removal
+
+    top = tmp_path / "tree"
+    top.mkdir()
+    current = os.open(top, os.O_RDONLY)
+    for _ in range(1500):
+        os.mkdir("d", dir_fd=current)
+        deeper = os.open("d", os.O_RDONLY, dir_fd=current)
+        os.close(current)
+        current = deeper
+    os.close(os.open(b"\xff\n", os.O_CREAT | os.O_WRONLY, dir_fd=current))
+    os.close(current)
+    (top / "locked").mkdir()
+    (top / "locked" / "inside").write_text("x")
+    os.chmod(top / "locked", 0)
+    assert _removal.remove_tree(top) == 0
+    assert not top.exists()
+
+    top.mkdir()
+    (top / "kept").mkdir()
+    real_rmdir = os.rmdir
+
+    def refuse_kept(path, *args, **kwargs):
+        if os.fsdecode(path) == "kept":
+            raise PermissionError(1, "refused", path)
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(_removal.os, "rmdir", refuse_kept)
+    assert _removal.remove_tree(top) == 2  # "kept", then its parent, which is not empty
+    assert (top / "kept").exists()

@@ -348,7 +348,7 @@ def run_tests(
         refusal = None
         if not isolated and limits.isolation == "required":
             refusal = f"isolation required but unavailable: {ready.get('reason')}"
-        elif limits.effective_cgroups == "required" and not str(memory_bound).startswith("cgroup"):
+        elif limits.cgroups == "required" and not str(memory_bound).startswith("cgroup"):
             refusal = f"memory groups required but unavailable: {ready.get('cgroup_reason')}"
         if refusal is not None:
             results = [_sandbox_error(parsed, index, case, refusal) for index, case in selected]
