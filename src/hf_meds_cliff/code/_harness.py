@@ -19,7 +19,9 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
       ┌─────────────────────────────── B2 = PID 1 of namespace A: THE CHECKER
       │  holds: the caller's 2 pipes, the zygote socket, per test the program's
       │  stdin/stdout/stderr ends and (assert tests) the grader's result and
-      │  stderr pipes. Reads the tests. Alone answers the caller.
+      │  stderr pipes. Reads the tests. Alone answers the caller. Lives in a new
+      │  root (interpreter and system libraries, read-only); per test it mounts a
+      │  fresh tmpfs (/box, /tmp, /dev/shm) and makes fresh memory and pids groups.
       │
       ├─ clone(NEWPID), before any test is read ──> Z
       │     Z = PID 1 of namespace B: THE ZYGOTE (where clone(2)'s calling convention is not known
@@ -27,11 +29,13 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
       │     holds: 0, 1, 2 = /dev/null and its socket to B2, nothing else;
       │     its memory: the job (program, setup code, limits), never a test
       │
-      │     per test: B2 ──SCM_RIGHTS (3 pipe ends)──> Z ── fork ──> P: THE PROGRAM'S PROCESS
-      │               Z ──pidfd of P──> B2        holds exactly 0 = stdin, 1 = stdout, 2 = stderr;
-      │                                           limits, unprivileged uid, new session keyring,
-      │                                           then the program
-      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU to B2
+      │     per test: B2 ──SCM_RIGHTS (3 pipe ends, the groups' tasks files)──> Z ── fork ──> P
+      │               Z ──pidfd of P──> B2        P: THE PROGRAM'S PROCESS: into the test's groups, a new
+      │                                           IPC namespace, limits, unprivileged uid, new session
+      │                                           keyring, sealed user keyrings; then holds exactly
+      │                                           0 = stdin, 1 = stdout, 2 = stderr, and runs the program
+      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU to B2;
+      │               B2: kill what is left in the groups, remove them, unmount the folder
       │
       └─ fork per assert test ── G: THE GRADER (dataset code)
             holds: 0 = /dev/null, 1/2 = its own stderr pipe, 3 = P's stdin (calls),
