@@ -357,7 +357,8 @@ def test_sysv_message_queues_do_not_cross_tests_or_outlive_the_run(setup, monkey
 @pytest.mark.parametrize("setup", DEFAULT_SETUPS)
 def test_the_user_keyring_does_not_cross_tests(setup, monkeypatch):
     """Test 1 adds a key to the uid's user keyring (``@u``), test 2 searches for it (before: found, the tests of
-    one program share a uid). A fresh uid's user keyrings are sealed before the program runs."""
+    one program share a uid). Under isolation the sandbox's user keyrings are sealed before the program runs; in
+    limits-only mode as root each test runs as a fresh uid."""
     if os.geteuid() != 0 and setup[0] == "none":
         pytest.skip(
             "limits-only mode as a uid that is not root runs tests as the caller: its @u is the caller's"

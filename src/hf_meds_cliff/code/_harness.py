@@ -67,6 +67,7 @@ import gc
 import json
 import os
 import resource
+import secrets
 import select
 import signal
 import socket
@@ -255,8 +256,8 @@ def _seal_user_keyrings():
     """Make the uid's user keyring (``@u``) and user session keyring (``@us``) unusable for good: permissions 0,
     set while this process possesses them through their special ids. Nothing a test leaves there can reach a later
     test, which runs as the same uid, and no test can set them back (that needs the permission just removed). Only
-    for a uid that is the sandbox's own: a fresh uid (a root caller), or any uid in the sandbox's own user
-    namespace, whose user keyrings are that namespace's (Linux 5.3 and later), never the caller's."""
+    for a uid in the sandbox's own user namespace, whose user keyrings are that namespace's (Linux 5.3 and later)
+    and end with it, never the caller's."""
     number = SYS_KEYCTL.get(os.uname().machine)
     if number is None:
         raise OSError(f"no keyctl system call number known for {os.uname().machine}")
@@ -286,9 +287,10 @@ def _new_ipc_namespace(limits, capped):
     return True
 
 
-def _confine(job, folder, test_process=False):
-    """A test process (P, or G with ``folder`` "/"): its own IPC namespace (P), limits, the unprivileged uid (or
-    no capabilities), a new session keyring and sealed user keyrings, ``folder`` as cwd, HOME and TMPDIR."""
+def _confine(job, folder, test_process=False, uid=None):
+    """A test process (P, or G with ``folder`` "/"): its own IPC namespace (P), limits, the unprivileged uid (the
+    test's ``uid``, else the job's; or no capabilities), a new session keyring and sealed user keyrings, ``folder``
+    as cwd, HOME and TMPDIR."""
     os.chdir(folder)
     if test_process:
         os.environ["HOME"] = os.environ["TMPDIR"] = folder
@@ -296,7 +298,8 @@ def _confine(job, folder, test_process=False):
     if test_process:
         _new_ipc_namespace(limits, capped=not job.get("memory_group"))
     _set_limits(limits, address_space=not (test_process and job.get("memory_group")))
-    _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes"))
+    run_as_uid = uid if uid is not None else job.get("run_as_uid")
+    _drop_privileges(run_as_uid, limits.get("max_processes"), job.get("existing_processes"))
     _join_new_session_keyring()
     if job.get("seal_user_keyrings"):
         _seal_user_keyrings()
@@ -375,7 +378,7 @@ def _zygote(sock_fd, job, code, prelude):
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _program_process(job, code, prelude, fds[:3], fds[3:], request["folder"], status_w)
+            _program_process(job, code, prelude, fds[:3], fds[3:], request["folder"], request.get("uid"), status_w)
         for fd in (*fds, status_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -396,7 +399,7 @@ def _zygote(sock_fd, job, code, prelude):
         sock.send(json.dumps(report).encode())
 
 
-def _program_process(job, code, prelude, fds, group_fds, folder, status_w):
+def _program_process(job, code, prelude, fds, group_fds, folder, uid, status_w):
     """P: into the test's memory and pids groups (``group_fds``: their ``tasks`` or ``cgroup.procs``), its three pipes at 0, 1, 2
     and every other descriptor closed; a failed setup is reported on ``status_w``, which is closed before the
     program runs. Never returns."""
@@ -408,7 +411,7 @@ def _program_process(job, code, prelude, fds, group_fds, folder, status_w):
         for target, fd in enumerate(fds):
             _dup2(fd, target)  # every received descriptor is >= 3: 0, 1, 2 were /dev/null in Z
         _keep_only((0, 1, 2, status_w))
-        _confine(job, folder, test_process=True)
+        _confine(job, folder, test_process=True, uid=uid)
     except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
         with contextlib.suppress(BaseException):
             _write_all(status_w, traceback.format_exc().encode(errors="replace"))
@@ -479,8 +482,8 @@ class Zygote:
         ready, _, _ = select.select([self.fd], [], [], timeout)
         return self.receive_report() if ready else None
 
-    def request(self, fds, folder):
-        socket.send_fds(self.sock, [json.dumps({"folder": folder}).encode()], fds)
+    def request(self, fds, folder, uid):
+        socket.send_fds(self.sock, [json.dumps({"folder": folder, "uid": uid}).encode()], fds)
 
     def receive_pidfd(self, deadline):
         while True:
@@ -572,7 +575,7 @@ def _nonblocking(fd):
 # ---------------------------------------------------------------- the checker (B2, or B0 without isolation)
 
 
-def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w):
+def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w, uid):
     """G: 0 = /dev/null, 1 and 2 = its own stderr pipe, 3 = P's stdin, 4 = P's stdout, 5 = the result pipe;
     confined like P, then not dumpable. Returns its pid."""
     pid = os.fork()
@@ -583,7 +586,7 @@ def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         null = os.open(os.devnull, os.O_RDWR)
         _place([null, stderr_w, stderr_w, calls_out, calls_in, result_w])
-        _confine(job, "/")
+        _confine(job, "/", uid=uid)
         _prctl(PR_SET_DUMPABLE, 0)  # after the uid change, which resets it
     except BaseException:  # noqa: BLE001 - the harness's own setup failed
         with contextlib.suppress(BaseException):
@@ -656,7 +659,10 @@ class TestSpace:
     def __init__(self, job):
         self.job, self.group, self.mounted = job, None, []
         TestSpace.count += 1
-        owner = job.get("run_as_uid")
+        # Without a user namespace, a root caller's tests each run as a fresh uid: nothing a uid owns (its user
+        # keyrings, its processes) is shared by two tests, and no keyring has to be made only to be sealed.
+        self.uid = _fresh_uid() if job.get("fresh_uid_per_test") else job.get("run_as_uid")
+        owner = self.uid
         if job.get("new_root"):
             size = int(job["limits"]["workdir_size_mb"])
             # one inode per 4 KiB of its size (a tree of 16,000 entries in the default 64 MiB)
@@ -805,7 +811,8 @@ def run_one_test(job, control, message, zygote):
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
     try:
-        zygote.request([stdin_r, stdout_w, stderr_w, *(space.group.procs_fds if space.group else [])], space.folder)
+        group_fds = space.group.procs_fds if space.group else []
+        zygote.request([stdin_r, stdout_w, stderr_w, *group_fds], space.folder, space.uid)
     except OSError as error:
         for fd in (stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w):
             _close(fd)
@@ -818,7 +825,7 @@ def run_one_test(job, control, message, zygote):
     if kind == "assert":
         result_r, result_w = os.pipe()
         grader_err_r, grader_err_w = os.pipe()  # the grader's own traceback, apart from the program's stderr
-        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, grader_err_w, result_w)
+        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, grader_err_w, result_w, space.uid)
         for fd in (stdin_w, stdout_r, result_w, grader_err_w):
             _close(fd)
         stdin_w = stdout_r = None
@@ -1358,6 +1365,11 @@ def _remove_workdir(job):
         job["groups"].remove()
 
 
+def _fresh_uid():
+    """A random unprivileged host uid (as the caller picks one per sandbox: see sandbox._fresh_sandbox_uid)."""
+    return 1_000_000 + secrets.randbelow(1_000_000_000)
+
+
 def _kernel_at_least(major, minor):
     try:
         found = tuple(int(part) for part in os.uname().release.split("-")[0].split(".")[:2])
@@ -1459,8 +1471,12 @@ def main():
     else:
         job["run_as_uid"] = None
     job["new_root"] = False
-    # a fresh uid's user keyrings are the sandbox's own; the caller's uid's are the caller's: never touched
-    job["seal_user_keyrings"] = job["run_as_uid"] is not None
+    # A root caller's tests each run as a fresh uid (TestSpace), which the folder lets through; the caller's uid's
+    # user keyrings are the caller's: never touched.
+    job["fresh_uid_per_test"] = job["run_as_uid"] is not None
+    job["seal_user_keyrings"] = False
+    if job["fresh_uid_per_test"]:
+        os.chmod(job["workdir"], 0o711)
     try:
         serve(
             job,
