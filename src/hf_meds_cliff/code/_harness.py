@@ -615,6 +615,7 @@ def _blank_answer():
         "result_truncated": False,
         "memory_error": False,
         "memory_exceeded": False,
+        "memory_killed": False,
         "confirmed": False,
         "assertion_failed": False,
         "program_exit_code": None,
@@ -697,13 +698,14 @@ class TestSpace:
                 self.close()
                 raise
 
-    def memory_exceeded(self):
-        """Whether the kernel recorded that the test's group met its memory limit (an OOM kill, or a charge that
-        met the limit): the checker's measurement, which nothing the program writes can make."""
+    def memory_events(self):
+        """``(met, killed)``: whether the kernel recorded that the test's group met its memory limit (an OOM kill, or
+        a charge that met the limit), and whether it killed a process for it: the checker's measurement, which
+        nothing the program writes can make."""
         if self.group is None:
-            return False
+            return False, False
         events = self.job["groups"].memory_events(self.group)
-        return events["oom_kill"] > 0 or events["limit_hits"] > 0
+        return events["oom_kill"] > 0 or events["limit_hits"] > 0, events["oom_kill"] > 0
 
     def close(self):
         """Remove the folder and the groups (the test's processes are gone or being killed); the number of
@@ -862,6 +864,7 @@ def run_one_test(job, control, message, zygote):
             next_watch = now + WATCH_INTERVAL_S
             if report is None and space.group is None and _over_memory(zygote, memory_limit_kb, shared_at_start_kb):
                 answer["memory_exceeded"] = True  # the program's processes together: killed below
+                answer["memory_killed"] = True
                 break
         remaining = started + timeout - now
         if grader_done if kind == "assert" else report is not None:
@@ -945,7 +948,9 @@ def run_one_test(job, control, message, zygote):
         if fd is not None:
             with contextlib.suppress(OSError):
                 _close(fd)
-    answer["memory_exceeded"] = answer["memory_exceeded"] or space.memory_exceeded()
+    met, killed = space.memory_events()
+    answer["memory_exceeded"] = answer["memory_exceeded"] or met
+    answer["memory_killed"] = answer["memory_killed"] or killed
     if deferred:
         zygote.pending_space = space
     else:

@@ -219,6 +219,10 @@ def grade(
 
     def verdict(status: str, error: str | None = None, comparison_error: bool = False) -> TestCaseResult:
         shown_actual = None if actual is None else _shown(actual)
+        if status == "wrong_answer" and answer.get("memory_killed") and not comparison_error:
+            # A test that did not pass while the bound killed one of its processes (the group's OOM killer, or the
+            # fallback's stop), say a child whose part of the answer is then missing: the bound is the cause to show.
+            status, error = "memory_limit", f"over {limits.memory_mb} MiB" + (f"; {error}" if error else "")
         return TestCaseResult(
             index, status, shown_input, expected, shown_actual, error, time_s, comparison_error
         )
