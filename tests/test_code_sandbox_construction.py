@@ -67,7 +67,7 @@ def harness_without_clone() -> str:
     test session, removed when it ends."""
     folder = Path(tempfile.mkdtemp(prefix="hf-meds-cliff-harness-"))
     atexit.register(shutil.rmtree, folder, True)
-    for name in ("_harness.py", "_inside.py", "_wire.py"):
+    for name in ("_harness.py", "_inside.py", "_wire.py", "_groups.py", "_removal.py"):
         text = (Path(sandbox.HARNESS_PATH).parent / name).read_text()
         if name == "_harness.py":
             known = 'SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}'
@@ -312,7 +312,8 @@ def test_the_zygote_is_init_of_the_programs_pid_namespace(method, monkeypatch):
     assert result.isolated, result
     # the program's first process is the namespace's second; the second test's comes from the same zygote
     assert [case.status for case in result.results] == ["passed", "passed"], result.results
-    assert result.memory_bound == "per_program_watchdog", result
+    # a fresh memory group per test where one is writable, else the fallback's sum over the zygote's processes
+    assert result.memory_bound in ("cgroup_v2", "cgroup_v1", "per_program_watchdog"), result
     if method == "exec_without_clone":
         assert not processes_with(sandbox.HARNESS_PATH), "the helper-process harness left processes behind"
 

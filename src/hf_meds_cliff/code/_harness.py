@@ -19,7 +19,9 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
       ┌─────────────────────────────── B2 = PID 1 of namespace A: THE CHECKER
       │  holds: the caller's 2 pipes, the zygote socket, per test the program's
       │  stdin/stdout/stderr ends and (assert tests) the grader's result and
-      │  stderr pipes. Reads the tests. Alone answers the caller.
+      │  stderr pipes. Reads the tests. Alone answers the caller. Lives in a new
+      │  root (interpreter and system libraries, read-only); per test it mounts a
+      │  fresh tmpfs (/box, /tmp, /dev/shm) and makes fresh memory and pids groups.
       │
       ├─ clone(NEWPID), before any test is read ──> Z
       │     Z = PID 1 of namespace B: THE ZYGOTE (where clone(2)'s calling convention is not known
@@ -27,11 +29,13 @@ The process tree, and every descriptor each process holds (under isolation; ``jo
       │     holds: 0, 1, 2 = /dev/null and its socket to B2, nothing else;
       │     its memory: the job (program, setup code, limits), never a test
       │
-      │     per test: B2 ──SCM_RIGHTS (3 pipe ends)──> Z ── fork ──> P: THE PROGRAM'S PROCESS
-      │               Z ──pidfd of P──> B2        holds exactly 0 = stdin, 1 = stdout, 2 = stderr;
-      │                                           limits, unprivileged uid, new session keyring,
-      │                                           then the program
-      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU to B2
+      │     per test: B2 ──SCM_RIGHTS (3 pipe ends, the groups' tasks files)──> Z ── fork ──> P
+      │               Z ──pidfd of P──> B2        P: THE PROGRAM'S PROCESS: into the test's groups, a new
+      │                                           IPC namespace, limits, unprivileged uid, new session
+      │                                           keyring, sealed user keyrings; then holds exactly
+      │                                           0 = stdin, 1 = stdout, 2 = stderr, and runs the program
+      │               Z: wait4(P), kill(-1) in namespace B, reap, report P's status and CPU to B2;
+      │               B2: kill what is left in the groups, remove them, unmount the folder
       │
       └─ fork per assert test ── G: THE GRADER (dataset code)
             holds: 0 = /dev/null, 1/2 = its own stderr pipe, 3 = P's stdin (calls),
@@ -63,8 +67,8 @@ import gc
 import json
 import os
 import resource
+import secrets
 import select
-import shutil
 import signal
 import socket
 import sys
@@ -83,6 +87,7 @@ MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP = 1, 4, 24
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
+MAX_GROUP_FDS = 2  # the cgroup.procs files of a test's groups (v1: memory and pids; v2: one)
 NAMESPACE_UID = 1000  # the unprivileged uid tests run as inside the namespace (host root only)
 STDERR_KEEP_BYTES = 4096
 
@@ -102,6 +107,10 @@ SYS_KEYCTL = {
     "s390x": 280,
 }
 KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_SETPERM = 5
+KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING = -4, -5
+# pivot_root(2)'s number per machine (an unknown machine gets no new root, and so no isolation)
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "i686": 217, "ppc64le": 203, "s390x": 217}
 # clone(2)'s number on the machines where its first argument is the flags; elsewhere B2 and the zygote are
 # made through helper processes (B1, H: see isolate_and_serve and Zygote)
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "riscv64": 220}
@@ -126,6 +135,8 @@ def _load_by_path(filename, name):
 
 
 _inside = _load_by_path("_inside.py", "hf_meds_cliff_sandbox_inside")
+_groups = _load_by_path("_groups.py", "hf_meds_cliff_sandbox_groups")
+_removal = _load_by_path("_removal.py", "hf_meds_cliff_sandbox_removal")
 
 
 def _check(result, what):
@@ -176,7 +187,10 @@ class Control:
 # ---------------------------------------------------------------- setting up a test process (P or G)
 
 
-def _set_limits(limits):
+def _set_limits(limits, address_space=True):
+    """The rlimits of a test process. ``address_space`` false: no ``RLIMIT_AS`` (the process is in a memory group,
+    which bounds the pages it makes, and the group's own events decide a ``memory_limit``)."""
+
     def cap(kind, value):
         if value is None:
             return
@@ -184,7 +198,8 @@ def _set_limits(limits):
         resource.setrlimit(kind, (int(soft), int(hard)))
 
     megabyte = 1024 * 1024
-    cap(resource.RLIMIT_AS, limits["memory_mb"] * megabyte if limits.get("memory_mb") else None)
+    if address_space:
+        cap(resource.RLIMIT_AS, limits["memory_mb"] * megabyte if limits.get("memory_mb") else None)
     cpu = limits.get("cpu_time_s")
     if cpu:
         cap(resource.RLIMIT_CPU, (max(1, int(cpu + 0.999)), max(1, int(cpu + 0.999)) + 1))
@@ -237,13 +252,57 @@ def _join_new_session_keyring():
         raise OSError(code, f"joining a new session keyring: {os.strerror(code)}")
 
 
-def _confine(job, folder):
-    """Limits, the unprivileged uid (or no capabilities), a new session keyring, ``folder`` as cwd."""
+def _seal_user_keyrings():
+    """Make the uid's user keyring (``@u``) and user session keyring (``@us``) unusable for good: permissions 0,
+    set while this process possesses them through their special ids. Nothing a test leaves there can reach a later
+    test, which runs as the same uid, and no test can set them back (that needs the permission just removed). Only
+    for a uid in the sandbox's own user namespace, whose user keyrings are that namespace's (Linux 5.3 and later)
+    and end with it, never the caller's."""
+    number = SYS_KEYCTL.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"no keyctl system call number known for {os.uname().machine}")
+    for keyring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        # EACCES: sealed by an earlier test already; ENOSYS/EPERM: no keyrings for this process at all
+        _libc.syscall(ctypes.c_long(number), ctypes.c_long(KEYCTL_SETPERM), ctypes.c_long(keyring), ctypes.c_long(0))
+
+
+def _new_ipc_namespace(limits, capped):
+    """A new IPC namespace for one test's processes: no SysV segment, queue or semaphore of another test or of the
+    host is visible, and all of them are destroyed with the test's last process. Its shared-memory total is capped
+    at ``memory_mb`` and its message queues at a few (they bound what a program can hold there where no memory
+    group charges it; ``capped`` false: a memory group charges every page, and its event makes the verdict). Where
+    refused (a caller that is not root, without namespaces), the test runs in the
+    checker's IPC namespace: limits-only mode cannot give this."""
+    if _libc.unshare(CLONE_NEWIPC) != 0:
+        return False
+    if not capped:
+        return True
+    megabytes = int(limits.get("memory_mb") or 0)
+    page = os.sysconf("SC_PAGE_SIZE")
+    settings = {"shmmax": megabytes << 20, "shmall": (megabytes << 20) // page, "shmmni": 64, "msgmni": 32}
+    for name, value in settings.items():
+        if megabytes or name in ("shmmni", "msgmni"):
+            with contextlib.suppress(OSError), open(f"/proc/sys/kernel/{name}", "w") as setting:
+                setting.write(str(value))
+    return True
+
+
+def _confine(job, folder, test_process=False, uid=None):
+    """A test process (P, or G with ``folder`` "/"): its own IPC namespace (P), limits, the unprivileged uid (the
+    test's ``uid``, else the job's; or no capabilities), a new session keyring and sealed user keyrings, ``folder``
+    as cwd, HOME and TMPDIR."""
     os.chdir(folder)
+    if test_process:
+        os.environ["HOME"] = os.environ["TMPDIR"] = folder
     limits = job["limits"]
-    _set_limits(limits)
-    _drop_privileges(job.get("run_as_uid"), limits.get("max_processes"), job.get("existing_processes"))
+    if test_process:
+        _new_ipc_namespace(limits, capped=not job.get("memory_group"))
+    _set_limits(limits, address_space=not (test_process and job.get("memory_group")))
+    run_as_uid = uid if uid is not None else job.get("run_as_uid")
+    _drop_privileges(run_as_uid, limits.get("max_processes"), job.get("existing_processes"))
     _join_new_session_keyring()
+    if job.get("seal_user_keyrings"):
+        _seal_user_keyrings()
 
 
 def _keep_only(fds):
@@ -310,15 +369,16 @@ def _zygote(sock_fd, job, code, prelude):
     sock = socket.socket(fileno=sock_fd)
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(sock, 16, 3)
-        except OSError:
+            message, fds, _, _ = socket.recv_fds(sock, 1 << 12, 3 + MAX_GROUP_FDS)
+            request = json.loads(message) if message else None
+        except (OSError, ValueError):
             _exit(0)
-        if not message or len(fds) != 3:
+        if not isinstance(request, dict) or len(fds) < 3:
             _exit(0)  # the checker is gone
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _program_process(job, code, prelude, fds, status_w)
+            _program_process(job, code, prelude, fds[:3], fds[3:], request["folder"], request.get("uid"), status_w)
         for fd in (*fds, status_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -339,16 +399,19 @@ def _zygote(sock_fd, job, code, prelude):
         sock.send(json.dumps(report).encode())
 
 
-def _program_process(job, code, prelude, fds, status_w):
-    """P: its three pipes at 0, 1, 2 and every other descriptor closed; a failed setup is reported on
-    ``status_w``, which is closed before the program runs. Never returns."""
+def _program_process(job, code, prelude, fds, group_fds, folder, uid, status_w):
+    """P: into the test's memory and pids groups (``group_fds``: their ``tasks`` or ``cgroup.procs``), its three pipes at 0, 1, 2
+    and every other descriptor closed; a failed setup is reported on ``status_w``, which is closed before the
+    program runs. Never returns."""
     try:
         os.setpgid(0, 0)
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        for fd in group_fds:  # "0": this process; before any page of the test is made, and while privileged
+            _write_all(fd, b"0")
         for target, fd in enumerate(fds):
             _dup2(fd, target)  # every received descriptor is >= 3: 0, 1, 2 were /dev/null in Z
         _keep_only((0, 1, 2, status_w))
-        _confine(job, job["workdir"])
+        _confine(job, folder, test_process=True, uid=uid)
     except BaseException:  # noqa: BLE001 - the harness's own setup failed, before the program ran
         with contextlib.suppress(BaseException):
             _write_all(status_w, traceback.format_exc().encode(errors="replace"))
@@ -400,23 +463,27 @@ class Zygote:
             self.pid = children[0] if len(children) == 1 else None
 
     pending_report = False  # the previous test's report, not read yet (see run_one_test)
+    pending_space = None  # the previous test's folder and groups, removed once its report is read
+    cleanup_failures = 0  # entries of test folders and groups that could not be removed, not reported yet
 
-    def settle(self, folder):
-        """Before a test: the previous test's report read (its processes are all gone) and ``folder``
-        emptied, if that was left to now. False if the zygote is gone."""
+    def settle(self):
+        """Before a test: the previous test's report read (its processes are all gone) and its folder and groups
+        removed, if that was left to now. False if the zygote is gone."""
         if not self.pending_report:
             return True
         self.pending_report = False
         settled = self.wait_report(5.0) is not None
-        _clear_folder(folder)
+        if self.pending_space is not None:
+            self.cleanup_failures += self.pending_space.close()
+            self.pending_space = None
         return settled
 
     def wait_report(self, timeout):
         ready, _, _ = select.select([self.fd], [], [], timeout)
         return self.receive_report() if ready else None
 
-    def request(self, fds):
-        socket.send_fds(self.sock, [b"run"], fds)
+    def request(self, fds, folder, uid):
+        socket.send_fds(self.sock, [json.dumps({"folder": folder, "uid": uid}).encode()], fds)
 
     def receive_pidfd(self, deadline):
         while True:
@@ -508,7 +575,7 @@ def _nonblocking(fd):
 # ---------------------------------------------------------------- the checker (B2, or B0 without isolation)
 
 
-def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w):
+def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w, uid):
     """G: 0 = /dev/null, 1 and 2 = its own stderr pipe, 3 = P's stdin, 4 = P's stdout, 5 = the result pipe;
     confined like P, then not dumpable. Returns its pid."""
     pid = os.fork()
@@ -519,7 +586,7 @@ def _fork_grader(job, case_input, calls_out, calls_in, stderr_w, result_w):
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         null = os.open(os.devnull, os.O_RDWR)
         _place([null, stderr_w, stderr_w, calls_out, calls_in, result_w])
-        _confine(job, "/")
+        _confine(job, "/", uid=uid)
         _prctl(PR_SET_DUMPABLE, 0)  # after the uid change, which resets it
     except BaseException:  # noqa: BLE001 - the harness's own setup failed
         with contextlib.suppress(BaseException):
@@ -548,11 +615,13 @@ def _blank_answer():
         "result_truncated": False,
         "memory_error": False,
         "memory_exceeded": False,
+        "memory_killed": False,
         "confirmed": False,
         "assertion_failed": False,
         "program_exit_code": None,
         "program_signal": None,
         "program_cpu_s": None,
+        "cleanup_failures": 0,
     }
 
 
@@ -573,31 +642,86 @@ def _drain(fd, buffer, limit):
             buffer += chunk
 
 
-def _clear_folder(folder):
-    """Empty the program's folder after a test: the next test starts with a fresh one."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(folder, name)
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                _remove_tree(path)
-            else:
-                os.unlink(path)
-        except OSError:
-            _remove_tree(path)
+class TestSpace:
+    """One test's fresh folder and, where the program has memory groups, its fresh groups.
 
+    Under isolation (a new root) the folder is a new tmpfs of ``workdir_size_mb``, mounted at ``/box`` for this test
+    only, with ``/tmp`` and ``/dev/shm`` folders of the same tmpfs; it is removed by unmounting it, which needs no
+    walk of what the program left there. Without isolation it is a new folder ``test-<n>`` in the program's folder,
+    removed without recursion (:func:`_removal.remove_tree`). A folder is never emptied and reused. A failure to
+    remove is counted (``cleanup_failures`` in the answer), never raised."""
 
-def _remove_tree(path):
-    def make_writable_and_retry(function, failed_path, _exc_info):
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(failed_path), 0o700)
-            os.chmod(failed_path, 0o700)
-            function(failed_path)
+    __test__ = False
+    BOX = "/box"
+    _STAGE = "/.stage"
+    _MOUNTED = (("box", BOX, 0o700), ("tmp", "/tmp", 0o1777), ("shm", "/dev/shm", 0o1777))
+    count = 0
 
-    shutil.rmtree(path, onerror=make_writable_and_retry)
+    def __init__(self, job):
+        self.job, self.group, self.mounted = job, None, []
+        TestSpace.count += 1
+        # Without a user namespace, a root caller's tests each run as a fresh uid: nothing a uid owns (its user
+        # keyrings, its processes) is shared by two tests, and no keyring has to be made only to be sealed.
+        self.uid = _fresh_uid() if job.get("fresh_uid_per_test") else job.get("run_as_uid")
+        owner = self.uid
+        if job.get("new_root"):
+            size = int(job["limits"]["workdir_size_mb"])
+            # one inode per 4 KiB of its size (a tree of 16,000 entries in the default 64 MiB)
+            options = f"size={size}m,nr_inodes={size * 256},mode=755"
+            _mount("tmpfs", self._STAGE, "tmpfs", MS_NOSUID | MS_NODEV, options)
+            try:
+                for name, target, mode in self._MOUNTED:
+                    staged = f"{self._STAGE}/{name}"
+                    os.mkdir(staged)
+                    os.chmod(staged, mode)
+                    if name == "box":
+                        os.chown(staged, owner or 0, owner or 0)
+                    _mount(staged, target, None, MS_BIND)
+                    self.mounted.append(target)
+            except BaseException:
+                self.close()
+                raise
+            finally:
+                _libc.umount2(self._STAGE.encode(), MNT_DETACH)  # the binds keep the tmpfs while the test runs
+            self.folder = self.BOX
+        else:
+            self.folder = os.path.join(job["workdir"], f"test-{TestSpace.count}")
+            os.mkdir(self.folder, 0o700)
+            if owner is not None:
+                os.chown(self.folder, owner, owner)
+        groups = job.get("groups")
+        if groups is not None:
+            limits = job["limits"]
+            try:
+                self.group = groups.new_test(int(limits["memory_mb"]) << 20, int(limits["max_processes"]))
+            except BaseException:
+                self.close()
+                raise
+
+    def memory_events(self):
+        """``(met, killed)``: whether the kernel recorded that the test's group met its memory limit (an OOM kill, or
+        a charge that met the limit), and whether it killed a process for it: the checker's measurement, which
+        nothing the program writes can make."""
+        if self.group is None:
+            return False, False
+        events = self.job["groups"].memory_events(self.group)
+        return events["oom_kill"] > 0 or events["limit_hits"] > 0, events["oom_kill"] > 0
+
+    def close(self):
+        """Remove the folder and the groups (the test's processes are gone or being killed); the number of
+        entries that could not be removed."""
+        failures = 0
+        if self.group is not None:
+            failures += not self.job["groups"].kill_and_remove(self.group)
+            self.group = None
+        if self.job.get("new_root"):
+            for target in reversed(self.mounted):
+                if _libc.umount2(target.encode(), MNT_DETACH) != 0:
+                    failures += 1
+            self.mounted = []
+        else:
+            failures += _removal.remove_tree(self.folder)
+        return failures
 
 
 WATCH_INTERVAL_S = 0.05  # how often the checker sums the memory of a program's processes
@@ -625,32 +749,41 @@ def _descendants(root):
 
 
 def _memory_kb(pid):
-    """The proportional set size of a process (its private pages, and its share of the ones it shares), or,
-    where ``smaps_rollup`` may not be read, its resident pages that are not file-backed."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
-            for line in rollup:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    """A process's resident pages, shared ones included (``statm``: readable for any process, where
+    ``smaps_rollup`` is not). Conservative: a page two processes share is counted for each, so the sum over a
+    program's processes is never below what they hold in mapped pages."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as statm:
             fields = statm.read().split()
-        return (int(fields[1]) - int(fields[2])) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        return int(fields[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
     except (OSError, ValueError, IndexError):
         return 0
 
 
-def _over_memory(zygote, limit_kb):
-    """Whether a program's processes together hold more than ``limit_kb``. One process alone is bounded by
-    ``RLIMIT_AS`` already: the sum is taken only when there are several."""
+def _shared_memory_kb():
+    """The machine's pages in shared memory, tmpfs and memfd files (``Shmem`` of /proc/meminfo): where no group
+    charges them, the only measure of the pages a program holds outside its processes' mappings."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            for line in meminfo:
+                if line.startswith(b"Shmem:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _over_memory(zygote, limit_kb, shared_at_start_kb):
+    """The fallback's measurement, where no memory group is writable: whether a program's processes together hold
+    more than ``limit_kb``, counting every resident page of each process (a page two of them share counts twice)
+    and every page of shared memory, tmpfs or memfd files the machine gained since the test started (whoever made
+    it: conservative). Sampled every ``WATCH_INTERVAL_S``."""
     if zygote.pid is None:
         return False
-    processes = _descendants(zygote.pid)
-    if len(processes) < 2:
-        return False
-    return sum(_memory_kb(pid) for pid in processes) > limit_kb
+    held = max(0, _shared_memory_kb() - shared_at_start_kb)
+    if held > limit_kb:
+        return True
+    return held + sum(_memory_kb(pid) for pid in _descendants(zygote.pid)) > limit_kb
 
 
 def run_one_test(job, control, message, zygote):
@@ -665,25 +798,36 @@ def run_one_test(job, control, message, zygote):
     max_output = int(limits["max_output_bytes"])
     compare_bytes = int(message.get("compare_bytes") or max_output)  # used once the program is dead
     case_input = message["input"]
-    if not zygote.settle(job["workdir"]):
+    settled = zygote.settle()
+    answer["cleanup_failures"], zygote.cleanup_failures = zygote.cleanup_failures, 0
+    if not settled:
         answer["setup_error"] = "the zygote did not answer (it died, or the harness failed)"
+        return answer
+    try:
+        space = TestSpace(job)
+    except OSError as error:
+        answer["setup_error"] = f"the test's folder or memory group could not be made ({error})"
         return answer
     started = time.monotonic()
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
     try:
-        zygote.request([stdin_r, stdout_w, stderr_w])
+        group_fds = space.group.procs_fds if space.group else []
+        zygote.request([stdin_r, stdout_w, stderr_w, *group_fds], space.folder, space.uid)
     except OSError as error:
         for fd in (stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w):
             _close(fd)
+        answer["cleanup_failures"] += space.close()
         answer["setup_error"] = f"the zygote is gone ({error})"
         return answer
+    if space.group is not None:
+        space.group.close_procs()  # the program's process holds its own copies until it has moved in
     grader_pid = grader_pidfd = result_r = grader_err_r = None
     if kind == "assert":
         result_r, result_w = os.pipe()
         grader_err_r, grader_err_w = os.pipe()  # the grader's own traceback, apart from the program's stderr
-        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, grader_err_w, result_w)
+        grader_pid = _fork_grader(job, case_input, stdin_w, stdout_r, grader_err_w, result_w, space.uid)
         for fd in (stdin_w, stdout_r, result_w, grader_err_w):
             _close(fd)
         stdin_w = stdout_r = None
@@ -712,13 +856,15 @@ def run_one_test(job, control, message, zygote):
     zygote_gone = program_pidfd is None
     grader_done = False
     memory_limit_kb = int(limits["memory_mb"]) * 1024
+    shared_at_start_kb = _shared_memory_kb() if space.group is None else 0
     next_watch = started + WATCH_INTERVAL_S
     while not zygote_gone:
         now = time.monotonic()
         if now >= next_watch:
             next_watch = now + WATCH_INTERVAL_S
-            if report is None and _over_memory(zygote, memory_limit_kb):
+            if report is None and space.group is None and _over_memory(zygote, memory_limit_kb, shared_at_start_kb):
                 answer["memory_exceeded"] = True  # the program's processes together: killed below
+                answer["memory_killed"] = True
                 break
         remaining = started + timeout - now
         if grader_done if kind == "assert" else report is not None:
@@ -802,8 +948,13 @@ def run_one_test(job, control, message, zygote):
         if fd is not None:
             with contextlib.suppress(OSError):
                 _close(fd)
-    if not deferred:
-        _clear_folder(job["workdir"])
+    met, killed = space.memory_events()
+    answer["memory_exceeded"] = answer["memory_exceeded"] or met
+    answer["memory_killed"] = answer["memory_killed"] or killed
+    if deferred:
+        zygote.pending_space = space
+    else:
+        answer["cleanup_failures"] += space.close()
     if zygote_gone:
         answer["setup_error"] = "the zygote did not answer (it died, or the harness failed)"
         return answer
@@ -834,11 +985,11 @@ def run_one_test(job, control, message, zygote):
             answer["stderr"] = grader_text
         answer["confirmed"] = outcome.get("outcome") == "passed"
         answer["assertion_failed"] = outcome.get("outcome") == "assertion"
-        answer["memory_error"] = answer["memory_exceeded"] or bool(outcome.get("memory_error"))
+        answer["memory_error"] = answer["memory_exceeded"]  # measured by the checker, never the program's word
         answer["output_exceeded"] = answer["output_exceeded"] or bool(outcome.get("output_exceeded"))
         return answer
     answer["exit_code"], answer["signal"] = _status_fields(report["status"])
-    answer["memory_error"] = answer["memory_exceeded"] or answer["exit_code"] == _inside.MEMORY_ERROR_EXIT
+    answer["memory_error"] = answer["memory_exceeded"]  # measured by the checker, never the program's word
     answer["cpu_s"] = report["cpu_s"]
     answer["max_rss_kb"] = report["max_rss_kb"]
     stdout = bytes(buffers[stdout_r][:max_output])
@@ -884,12 +1035,17 @@ def serve(job, control, in_pid_namespace, isolation):
         assert not control.pending(), "the caller sent a test before the harness was ready"
         zygote = Zygote(job, code, prelude, new_pid_namespace=in_pid_namespace)
     watched = zygote is not None and zygote.pid is not None and os.path.exists(f"/proc/{zygote.pid}/task")
+    if job.get("groups") is not None:
+        bound = job["groups"].kind  # "cgroup_v2" or "cgroup_v1": a fresh memory and pids group per test
+    else:
+        bound = "per_program_watchdog" if watched else "per_process_rlimit"
     control.send(
         {
             "event": "ready",
             **isolation,
             "zygote": zygote.kind if zygote else None,
-            "memory_bound": "per_program_watchdog" if watched else "per_process_rlimit",
+            "memory_bound": bound,
+            "cgroup_reason": job.get("cgroup_reason"),
         }
     )
     try:
@@ -904,6 +1060,8 @@ def serve(job, control, in_pid_namespace, isolation):
     finally:
         if zygote is not None:
             zygote.close()
+            if zygote.pending_space is not None:
+                zygote.pending_space.close()
 
 
 # ---------------------------------------------------------------- namespaces
@@ -944,79 +1102,100 @@ def _interpreter_paths():
     ]
 
 
-def _private_ancestor(path):
-    """The outermost ancestor of ``path`` that other users cannot enter (e.g. a 0700 /root), or None."""
-    current = "/"
-    for part in path.strip("/").split("/"):
-        current = os.path.join(current, part)
-        try:
-            if not os.stat(current).st_mode & 0o001:
-                return current
-        except OSError:
-            return None
-    return None
+# What the new root holds besides the interpreter's own directories, each bound read-only where the host has it:
+# the system's programs and libraries (or the links to them), and the few files of /etc that the dynamic loader
+# and the C library read. Nothing else of the host: no /tmp, /run, /var, /home, /root, /sys or /mnt, so no path of a
+# host Unix socket, no host file a program could read beyond these.
+NEW_ROOT_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+NEW_ROOT_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/localtime",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+)
+NEW_ROOT_DEVICES = ("null", "zero", "full", "random", "urandom")
+_STATVFS_FLAGS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME, 2048: MS_NODIRATIME,
+                  4096: MS_RELATIME}
 
 
-def _hide_homes(workdir, extra_homes):
-    """Hide home directories under empty tmpfs mounts, with the interpreter's own directories bound back
-    at their paths: the program can import the standard library and site-packages but sees nothing else
-    of the home (tokens, caches, keys). Hidden: every private (0700-like) ancestor of an interpreter
-    directory, which an unprivileged uid could not enter anyway (pyenv under /root), and the caller's
-    home (``extra_homes``), whose files a program running as the caller's own uid could read.
-    A home holding the program's folder stays visible."""
-    interpreter = _interpreter_paths()
-    homes = {home for home in (_private_ancestor(path) for path in interpreter) if home is not None}
-    homes.update(os.path.realpath(home) for home in extra_homes if home and os.path.isdir(home))
-    homes = {home for home in homes if home != "/" and not (workdir + "/").startswith(home + "/")}
-    homes = sorted(home for home in homes if not any(home.startswith(other + "/") for other in homes))
-    for number, home in enumerate(homes):
-        inside = [path for path in interpreter if path.startswith(home + "/")]
-        stages = []
-        for index, path in enumerate(inside):
-            stage = os.path.join(workdir, f".interpreter-{number}-{index}")
-            os.mkdir(stage)
-            _mount(path, stage, None, MS_BIND | MS_REC)
-            stages.append(stage)
-        _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
-        for path, stage in zip(inside, stages):
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            _mount(stage, path, None, MS_BIND | MS_REC)
-            _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
-            os.rmdir(stage)
-    return homes
-
-
-def _confine_filesystem(workdir, owner, size_mb, homes):
-    """Every mount read-only but the program's folder, which becomes a tmpfs of ``size_mb`` owned by
-    ``owner`` (no disk is filled, nothing is left behind: it vanishes with the namespace); private homes
-    hidden (see :func:`_hide_homes`); a fresh /proc (or none, where a fresh one is refused). Returns the
-    hidden homes, the mounts that could not be made read-only and what /proc shows."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    options = f"size={int(size_mb)}m,nr_inodes=4096,mode=700,uid={owner},gid={owner}"
-    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
-    hidden = _hide_homes(workdir, homes)
-    failures = []
-    with open("/proc/self/mountinfo") as mountinfo:
-        mounts = [line.split() for line in mountinfo]
-    for fields in mounts:
-        target = fields[4].encode().decode("unicode_escape")
-        if target == workdir:
-            continue
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        for option in fields[5].split(","):
-            flags |= _KEPT_FLAGS.get(option, 0)
-        try:
-            _mount(None, target, None, flags)
-        except OSError as error:
-            failures.append(f"{target}: {error.strerror}")
+def _bind_read_only(source, target, failures):
+    """Bind ``source`` at ``target`` (made in the new root, as a folder or an empty file), then make that bind
+    read-only, keeping the flags the host's mount locks (nosuid, nodev, noexec, atime)."""
+    if os.path.isdir(source):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    _mount(source, target, None, MS_BIND)
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
+    kept = os.statvfs(target).f_flag
+    for bit, flag in _STATVFS_FLAGS.items():
+        if kept & bit:
+            flags |= flag
     try:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _mount(None, target, None, flags)
+    except OSError as error:
+        failures.append(f"{source}: {error.strerror}")
+
+
+def _pivot_root(new_root):
+    """Make ``new_root`` this mount namespace's root and detach the old one (``pivot_root(".", ".")``)."""
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"no pivot_root system call number known for {os.uname().machine}")
+    os.chdir(new_root)
+    _check(_libc.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount the old root")
+    os.chdir("/")
+
+
+def _enter_new_root(root):
+    """B2: build a new root in a tmpfs mounted at ``root`` (the program's host folder, an empty mount point) and
+    pivot into it. It holds the interpreter's directories and the system's libraries bound read-only, a few device
+    nodes, a fresh /proc, and empty mount points for each test's fresh folder (/box, /tmp, /dev/shm: see
+    :class:`TestSpace`); the tmpfs itself is then made read-only. Returns the binds that could not be made
+    read-only and what /proc shows."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
+    failures = []
+    for path in NEW_ROOT_SYSTEM:
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), root + path)
+        elif os.path.isdir(path):
+            _bind_read_only(path, root + path, failures)
+    for path in _interpreter_paths():
+        if not os.path.exists(root + path) or not any(
+            path == system or path.startswith(system + "/") for system in NEW_ROOT_SYSTEM
+        ):
+            _bind_read_only(path, root + path, failures)
+    for path in NEW_ROOT_ETC:
+        if os.path.exists(path):
+            _bind_read_only(os.path.realpath(path), root + path, failures)
+    os.makedirs(root + "/dev/shm", mode=0o755)
+    for device in NEW_ROOT_DEVICES:
+        if os.path.exists(f"/dev/{device}"):
+            os.close(os.open(f"{root}/dev/{device}", os.O_CREAT | os.O_WRONLY, 0o666))
+            _mount(f"/dev/{device}", f"{root}/dev/{device}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    for folder in (TestSpace.BOX, "/tmp", TestSpace._STAGE):
+        os.makedirs(root + folder, mode=0o755, exist_ok=True)
+    os.makedirs(root + "/proc", mode=0o555)
+    try:
+        # while the host's /proc is still in this mount namespace: the kernel allows a new one only then
+        _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         proc = "fresh"
     except OSError:
-        # Refused where the host's /proc has masked paths (Docker): hide it instead of showing the host's.
-        _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=555")
+        # Refused where the host's /proc has masked paths (Docker): an empty one instead of the host's.
+        _mount("tmpfs", root + "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=555")
         proc = "hidden"
-    return hidden, failures, proc
+    _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _pivot_root(root)
+    return failures, proc
 
 
 def _write_map(path, text):
@@ -1030,11 +1209,16 @@ def _serve_as_namespace_init(job, control, setup_w):
     _prctl(PR_SET_DUMPABLE, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     job["run_as_uid"] = NAMESPACE_UID if job.get("sandbox_uid") is not None else None
-    owner = job["run_as_uid"] or 0
+    # the user keyrings in this user namespace are its own (Linux 5.3 and later), never the caller's
+    job["seal_user_keyrings"] = job["run_as_uid"] is not None or _kernel_at_least(5, 3)
     try:
-        hidden, failures, proc = _confine_filesystem(
-            job["workdir"], owner, job["limits"]["workdir_size_mb"], job.get("hidden_homes", [])
-        )
+        failures, proc = _enter_new_root(job["workdir"])
+        job["new_root"] = True
+        os.environ["HOME"] = os.environ["TMPDIR"] = TestSpace.BOX
+        # no user namespace below this one: a test process cannot mount a filesystem of its own, nor make
+        # the namespaces that a mount needs
+        with contextlib.suppress(OSError), open("/proc/sys/user/max_user_namespaces", "w") as setting:
+            setting.write("0")
         socket.sethostname("sandbox")
     except BaseException as error:  # noqa: BLE001 - reported to B0, which serves without isolation
         _write_all(setup_w, b"0" + f"{type(error).__name__}: {error}".encode(errors="replace"))
@@ -1044,7 +1228,7 @@ def _serve_as_namespace_init(job, control, setup_w):
     isolation = {
         "isolated": True,
         "reason": None,
-        "hidden_homes": hidden,
+        "new_root": True,
         "readonly_failures": failures,
         "proc": proc,
         "network_reachable": _network_reachable(),
@@ -1174,13 +1358,29 @@ def isolate_and_serve(job, control):
         )
     control.closed = True  # B2 owns the conversation from here
     _, status = os.waitpid(pid, 0)
-    _remove_workdir(job["workdir"])
+    _remove_workdir(job)
     _exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def _remove_workdir(workdir):
-    """B0 removes the program's folder when it ends, so that none is left when the caller died first."""
-    shutil.rmtree(workdir, ignore_errors=True)
+def _remove_workdir(job):
+    """B0 removes the program's folder and groups when it ends, so that none is left when the caller died first
+    (never raising: what cannot be removed is left to the caller's own removal, which counts it)."""
+    _removal.remove_tree(job["workdir"])
+    if job.get("groups") is not None:
+        job["groups"].remove()
+
+
+def _fresh_uid():
+    """A random unprivileged host uid (as the caller picks one per sandbox: see sandbox._fresh_sandbox_uid)."""
+    return 1_000_000 + secrets.randbelow(1_000_000_000)
+
+
+def _kernel_at_least(major, minor):
+    try:
+        found = tuple(int(part) for part in os.uname().release.split("-")[0].split(".")[:2])
+    except ValueError:
+        return False
+    return found >= (major, minor)
 
 
 def _network_reachable():
@@ -1213,6 +1413,7 @@ PRELOADED_MODULES = [
     "heapq",
     "itertools",
     "math",
+    "mmap",
     "operator",
     "queue",
     "random",
@@ -1260,6 +1461,12 @@ def main():
     if os.getuid() != 0:  # counted here, in the host's PID namespace, where the kernel counts them
         job["existing_processes"] = _processes_of(os.getuid())
     os.environ["HOME"] = os.environ["TMPDIR"] = job["workdir"]
+    job["groups"] = None
+    if job.get("cgroups", "auto") != "none":
+        job["groups"], job["cgroup_reason"] = _groups.ProgramGroups.create()
+    else:
+        job["cgroup_reason"] = "memory groups disabled by the caller"
+    job["memory_group"] = job["groups"] is not None
     reason = "isolation disabled by the caller"
     if job.get("isolate"):
         reason = isolate_and_serve(job, control)  # returns only if the namespaces were refused
@@ -1268,13 +1475,22 @@ def main():
         job["run_as_uid"] = job["sandbox_uid"]
     else:
         job["run_as_uid"] = None
-    serve(
-        job,
-        control,
-        False,
-        {"isolated": False, "reason": reason, "readonly_failures": [], "network_reachable": None},
-    )
-    _remove_workdir(job["workdir"])
+    job["new_root"] = False
+    # A root caller's tests each run as a fresh uid (TestSpace), which the folder lets through; the caller's uid's
+    # user keyrings are the caller's: never touched.
+    job["fresh_uid_per_test"] = job["run_as_uid"] is not None
+    job["seal_user_keyrings"] = False
+    if job["fresh_uid_per_test"]:
+        os.chmod(job["workdir"], 0o711)
+    try:
+        serve(
+            job,
+            control,
+            False,
+            {"isolated": False, "reason": reason, "readonly_failures": [], "network_reachable": None},
+        )
+    finally:
+        _remove_workdir(job)
 
 
 def fork_server(request_fd):

@@ -40,9 +40,6 @@ _read, _write, _exit = os.read, os.write, os._exit
 _CLEAN_BUILTINS = dict(builtins.__dict__)
 _MemoryError = MemoryError  # captured: a program may rebind builtins.MemoryError
 _OUTPUT_FRAME_BYTES = 1 << 16  # the program's prints leave in frames of at most this size
-MEMORY_ERROR_EXIT = (
-    211  # P's exit status when the program ended on a MemoryError (the checker's memory_limit)
-)
 
 # The standard modules the grader binds under the program's alias (``import math as m``): its own copies,
 # imported by the harness before any program ran. No other module name the program chose is ever imported.
@@ -222,8 +219,7 @@ def _report_failure(error):
 
 def _run_and_exit(body):
     """Run ``body()`` and exit: with the status a ``SystemExit`` asks for, 0 when it returns, 1 when it
-    raises (:data:`MEMORY_ERROR_EXIT` for a ``MemoryError``; the traceback, without the harness's frames,
-    goes to stderr). The status is all the checker learns from P about how it ended."""
+    raises (the traceback, without the harness's frames, goes to stderr). The status is all the checker learns from P about how it ended."""
     status = 0
     try:
         body()
@@ -234,7 +230,7 @@ def _run_and_exit(body):
             with contextlib.suppress(BaseException):
                 print(code_value, file=sys.stderr)
     except BaseException as error:  # noqa: BLE001 - the program's own failure: reported, then exit 1
-        status = MEMORY_ERROR_EXIT if isinstance(error, _MemoryError) else 1
+        status = 1  # a MemoryError too: only the checker's own measurement makes a memory_limit
         _report_failure(error)
     _flush_streams()
     _exit(status & 0xFF)
@@ -287,7 +283,7 @@ class ProgramError(Exception):
 
 
 _MUTABLE_ARGUMENTS = (list, dict, set, bytearray, collections.deque)
-_NOT_REBUILT = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+_NOT_REBUILT = ("SystemExit", "KeyboardInterrupt")
 
 
 def _manifest(namespace):
@@ -398,9 +394,19 @@ def _apply_mutations(arguments, after):
             argument.update(changed)
 
 
+# Exceptions that Python's own control flow consumes: a StopIteration raised inside ``map``, ``all``, a generator
+# expression or a ``for`` loop of the test code would end the iteration as if it were exhausted (so
+# ``all(map(candidate, cases))`` would be true with nothing checked). Raised on the program's behalf, they become a
+# RuntimeError, as PEP 479 does for a StopIteration that leaves a generator.
+_CONTROL_FLOW = ("StopIteration", "StopAsyncIteration", "GeneratorExit")
+
+
 def _rebuild_error(name, arguments):
+    if name in _CONTROL_FLOW:
+        shown = ", ".join(repr(argument) for argument in arguments)[:1000]
+        return RuntimeError(f"the program raised {name}({shown}), which the test code receives as a RuntimeError")
     kind = getattr(builtins, name, None) if isinstance(name, str) else None
-    if not (isinstance(kind, type) and issubclass(kind, BaseException)) or name in _NOT_REBUILT:
+    if not (isinstance(kind, type) and issubclass(kind, Exception)) or name in _NOT_REBUILT:
         kind = ProgramError
     try:
         return kind(*arguments)

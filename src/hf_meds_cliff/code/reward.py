@@ -45,7 +45,10 @@ class CodeTestsReward:
 
     Per call it logs, through TRL's ``log_metric`` hook: ``code/passed_frac``, ``code/no_program_frac``,
     ``code/not_isolated_frac`` (programs that ran without namespace isolation), ``code/comparison_errors``
-    (tests whose output raised while it was decoded or compared: each is a ``wrong_answer``), and per verdict of the
+    (tests whose output raised while it was decoded or compared: each is a ``wrong_answer``),
+    ``code/cleanup_failures`` (entries of test folders and memory groups that could not be removed: counted, never
+    raised), ``code/memory_fallback_frac`` (programs whose ``memory_mb`` ran under the conservative fallback, not a
+    memory group per test), and per verdict of the
     first failing test ``code/<status>_frac``; through ``log_extra`` each completion's ``code_status``.
     :attr:`last_results` keeps the call's :class:`TestRunResult` list (``None`` for ungraded rows),
     :attr:`counts` the cumulative counts.
@@ -172,6 +175,13 @@ class CodeTestsReward:
             )
             # outputs that raised while being decoded or compared (each such test is a wrong_answer)
             log_metric("code/comparison_errors", float(sum(run.comparison_errors for run in graded)))
+            # entries of test folders and memory groups the sandboxes could not remove (counted, never raised)
+            log_metric("code/cleanup_failures", float(sum(run.cleanup_failures for run in graded)))
+            # programs whose memory_mb was enforced by the conservative fallback instead of a memory group
+            log_metric(
+                "code/memory_fallback_frac",
+                sum(not str(run.memory_bound).startswith("cgroup") for run in ran) / len(ran) if ran else 0.0,
+            )
             for status in TEST_STATUSES[1:]:
                 log_metric(f"code/{status}_frac", statuses.count(status) / len(graded))
         if log_extra is not None:

@@ -97,10 +97,13 @@ class TestRunResult:
     ``num_passed / num_tests``; ``isolated`` says whether namespace isolation was in force;
     ``program_found`` is false when there was no program (then nothing ran and ``passed`` is false);
     ``comparison_errors`` counts the tests whose output raised while it was decoded or compared (each of them
-    is a ``wrong_answer``); ``memory_bound`` says how ``memory_mb`` was enforced: ``"per_program_watchdog"``
-    (the checker sums the memory of all of the program's processes and stops the test above it, besides each
-    process's ``RLIMIT_AS``) or ``"per_process_rlimit"`` (``RLIMIT_AS`` of each process only; ``None``: nothing
-    ran)."""
+    is a ``wrong_answer``); ``memory_bound`` says how ``memory_mb`` was enforced: ``"cgroup_v2"`` or
+    ``"cgroup_v1"`` (a fresh memory group per test holds every page the test's processes make, and its own events
+    decide a ``memory_limit``), or the conservative fallback where no group is writable: ``"per_program_watchdog"``
+    (each process's ``RLIMIT_AS``, and the checker's sum of the resident pages of all of the program's processes,
+    shared ones counted for each, sampled) or ``"per_process_rlimit"`` (``RLIMIT_AS`` of each process only; ``None``:
+    nothing ran); ``cleanup_failures`` counts the entries of its test folders and groups that could not be removed
+    (never raised)."""
 
     __test__ = False
 
@@ -114,6 +117,7 @@ class TestRunResult:
     program_found: bool
     comparison_errors: int = 0
     memory_bound: str | None = None
+    cleanup_failures: int = 0
 
     @classmethod
     def from_results(
@@ -123,6 +127,7 @@ class TestRunResult:
         isolated: bool,
         program_found: bool = True,
         memory_bound: str | None = None,
+        cleanup_failures: int = 0,
     ) -> TestRunResult:
         num_passed = sum(result.passed for result in results)
         return cls(
@@ -136,6 +141,7 @@ class TestRunResult:
             program_found=program_found,
             comparison_errors=sum(result.comparison_error for result in results),
             memory_bound=memory_bound,
+            cleanup_failures=cleanup_failures,
         )
 
 
@@ -213,6 +219,10 @@ def grade(
 
     def verdict(status: str, error: str | None = None, comparison_error: bool = False) -> TestCaseResult:
         shown_actual = None if actual is None else _shown(actual)
+        if status == "wrong_answer" and answer.get("memory_killed") and not comparison_error:
+            # A test that did not pass while the bound killed one of its processes (the group's OOM killer, or the
+            # fallback's stop), say a child whose part of the answer is then missing: the bound is the cause to show.
+            status, error = "memory_limit", f"over {limits.memory_mb} MiB" + (f"; {error}" if error else "")
         return TestCaseResult(
             index, status, shown_input, expected, shown_actual, error, time_s, comparison_error
         )
@@ -224,13 +234,19 @@ def grade(
     if answer.get("compile_error"):
         return verdict("compile_error", _shown(answer["compile_error"]))
     cpu_limit = limits.effective_cpu_time_s
-    if answer.get("timed_out") or signal.SIGXCPU in (killed_by, program_signal):
-        return verdict("time_limit", f"over {limits.timeout_s:g} s wall / {cpu_limit:g} s CPU")
-    for killed, cpu_s in ((killed_by, answer.get("cpu_s")), (program_signal, answer.get("program_cpu_s"))):
-        if killed == signal.SIGKILL and (cpu_s or 0.0) >= cpu_limit:
-            return verdict("time_limit", f"over {cpu_limit:g} s CPU")
+    # time_limit only from what the checker measured: its wall clock, or the kernel's count of the CPU time of a
+    # test process at or over the limit. No signal or exit status alone decides it (a program can send itself
+    # SIGXCPU, or exit with any status).
+    if answer.get("timed_out"):
+        return verdict("time_limit", f"over {limits.timeout_s:g} s wall")
+    for cpu_s in (answer.get("cpu_s"), answer.get("program_cpu_s")):
+        if isinstance(cpu_s, (int, float)) and cpu_s >= cpu_limit:
+            return verdict("time_limit", f"over {cpu_limit:g} s CPU ({cpu_s:.2f} s measured)")
     if answer.get("output_exceeded"):
         return verdict("runtime_error", f"output exceeded {limits.max_output_bytes} bytes")
+    # memory_limit only from the checker's measurement: the test's memory group's own events, or (without a group)
+    # the checker's sum over the program's processes (answer["memory_error"]). A MemoryError the program raised
+    # or printed, or an exit status, is a plain runtime_error.
     memory = bool(answer.get("memory_error"))
     for killed in (killed_by, program_signal):
         if killed is None:
@@ -325,6 +341,7 @@ def run_tests(
     results: list[TestCaseResult] = []
     isolated = False
     memory_bound = None
+    cleanup_failures = 0
     harness = None
     try:
         harness = HarnessProcess(limits)
@@ -332,34 +349,43 @@ def run_tests(
         isolated = bool(ready.get("isolated"))
         memory_bound = ready.get("memory_bound")
         warn_if_not_isolated(ready, limits)
+        refusal = None
         if not isolated and limits.isolation == "required":
-            reason = f"isolation required but unavailable: {ready.get('reason')}"
-            results = [_sandbox_error(parsed, index, case, reason) for index, case in selected]
-            return TestRunResult.from_results(
-                results, len(selected), isolated=False, memory_bound=memory_bound
-            )
-        for index, case in selected:
-            try:
-                answer = harness.run(case.input, compare_bytes(parsed, case, limits))
-            except SandboxError as error:
-                results.append(_sandbox_error(parsed, index, case, str(error)))
-                break
-            result = grade(parsed, index, case, answer, limits)
-            results.append(result)
-            if not result.passed and stop_at_first_failure:
-                break
-    except (SandboxError, OSError) as error:
-        if not results and selected:
-            index, case = selected[0]
-            results.append(_sandbox_error(parsed, index, case, str(error)))
+            refusal = f"isolation required but unavailable: {ready.get('reason')}"
+        elif limits.cgroups == "required" and not str(memory_bound).startswith("cgroup"):
+            refusal = f"memory groups required but unavailable: {ready.get('cgroup_reason')}"
+        if refusal is not None:
+            results = [_sandbox_error(parsed, index, case, refusal) for index, case in selected]
+        else:
+            for index, case in selected:
+                try:
+                    answer = harness.run(case.input, compare_bytes(parsed, case, limits))
+                except SandboxError as error:
+                    results.append(_sandbox_error(parsed, index, case, str(error)))
+                    break
+                cleanup_failures += int(answer.get("cleanup_failures") or 0)
+                result = grade(parsed, index, case, answer, limits)
+                results.append(result)
+                if not result.passed and stop_at_first_failure:
+                    break
+    except Exception as error:  # noqa: BLE001 - a sandbox's failure is a verdict, never the caller's exception
+        if len(results) < len(selected):
+            index, case = selected[len(results)]
+            results.append(_sandbox_error(parsed, index, case, f"{type(error).__name__}: {error}"))
     finally:
         if harness is not None:
-            harness.end_input()
-            if closer is None:
-                harness.wait_closed()
-            else:
-                closer(harness.wait_closed)
-    return TestRunResult.from_results(results, len(selected), isolated=isolated, memory_bound=memory_bound)
+            try:
+                harness.end_input()
+                if closer is None:
+                    harness.wait_closed()
+                    cleanup_failures += harness.removal_failures
+                else:
+                    closer(harness.wait_closed)
+            except Exception:  # noqa: BLE001 - counted: a failure to clean up never reaches the caller
+                cleanup_failures += 1
+    return TestRunResult.from_results(
+        results, len(selected), isolated=isolated, memory_bound=memory_bound, cleanup_failures=cleanup_failures
+    )
 
 
 def _sandbox_error(tests: CodeTests, index: int, case: TestCase, reason: str) -> TestCaseResult:
@@ -426,9 +452,9 @@ class _Closer:
         self._futures.append(self._pool.submit(wait_closed))
 
     def join(self) -> None:
+        # A wait that failed was logged and counted by the sandbox (HarnessProcess.wait_closed never raises): a
+        # failure to clean up never reaches the caller.
         self._pool.shutdown(wait=True)
-        for future in self._futures:
-            future.result()  # a failure to clean up is not silent
 
     def __enter__(self) -> _Closer:  # noqa: PYI034
         return self

@@ -16,7 +16,6 @@ import logging
 import os
 import secrets
 import select
-import shutil
 import signal
 import site
 import socket
@@ -28,10 +27,15 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from ._removal import remove_tree
+
 logger = logging.getLogger(__name__)
 
 HARNESS_PATH = str(Path(__file__).with_name("_harness.py"))
 ISOLATION_MODES: tuple[str, ...] = ("auto", "required", "none")
+CGROUP_MODES: tuple[str, ...] = ("auto", "required", "none")
+# Set to "none" to forbid memory groups in every sandbox of this process (the conservative fallback runs).
+CGROUPS_VARIABLE = "HF_MEDS_CLIFF_SANDBOX_CGROUPS"
 START_METHODS: tuple[str, ...] = ("fork_server", "exec")
 _HARNESS_GRACE_S = 5.0  # on top of a test's own timeout: the harness's kill-and-reap, process start-up
 
@@ -55,6 +59,12 @@ class SandboxLimits:
         isolation: ``"auto"`` (namespaces where the OS allows, else limits only with one warning and
             ``TestRunResult.isolated`` false), ``"required"`` (no namespaces: every test is a
             ``sandbox_error``), ``"none"`` (limits only).
+        cgroups: ``"auto"`` (a fresh memory and pids control group per test where one is writable: cgroup v2, or
+            v1's memory and pids hierarchies; every page the test's processes make is charged to it, and a
+            ``memory_limit`` is the kernel's own event; elsewhere the conservative fallback of
+            ``TestRunResult.memory_bound``), ``"required"`` (no writable group: every test is a ``sandbox_error``),
+            ``"none"`` (never a group: the fallback). The environment variable ``HF_MEDS_CLIFF_SANDBOX_CGROUPS=none``
+            forbids groups whatever this says.
         start_method: ``"fork_server"`` (each program's harness is forked from a pristine template process
             that never runs programs: no interpreter start-up per program) or ``"exec"`` (a new interpreter
             per program).
@@ -73,6 +83,7 @@ class SandboxLimits:
     max_processes: int = 32
     workdir_size_mb: int = 64
     isolation: Literal["auto", "required", "none"] = "auto"
+    cgroups: Literal["auto", "required", "none"] = "auto"
     start_method: Literal["fork_server", "exec"] = "fork_server"
     startup_timeout_s: float = 20.0
 
@@ -110,6 +121,13 @@ class SandboxLimits:
             )
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(f"SandboxLimits isolation={self.isolation!r} must be one of {ISOLATION_MODES}.")
+        if self.cgroups not in CGROUP_MODES:
+            raise ValueError(f"SandboxLimits cgroups={self.cgroups!r} must be one of {CGROUP_MODES}.")
+
+    @property
+    def effective_cgroups(self) -> str:
+        """``cgroups``, or ``"none"`` where ``HF_MEDS_CLIFF_SANDBOX_CGROUPS=none`` forbids groups."""
+        return "none" if os.environ.get(CGROUPS_VARIABLE, "").strip().lower() == "none" else self.cgroups
 
     @property
     def effective_cpu_time_s(self) -> float:
@@ -267,6 +285,7 @@ class HarnessProcess:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process; closed in close()
         self._buffer = b""
         self._closing_at: float | None = None  # when end_input closed the harness's input
+        self.removal_failures = 0  # entries of its folder the caller could not remove (see wait_closed)
         self._popen: subprocess.Popen | None = None
         job_read, self._to_harness = os.pipe()
         self._from_harness, answer_write = os.pipe()
@@ -310,8 +329,8 @@ class HarnessProcess:
             "workdir": self.workdir,
             "sandbox_uid": self.sandbox_uid,
             "isolate": self.limits.isolation != "none",
+            "cgroups": self.limits.effective_cgroups,
             "site_packages": _site_packages(),
-            "hidden_homes": [str(Path.home())],
             "limits": self.limits.harness_limits(),
         }
         self._send(job)
@@ -389,24 +408,31 @@ class HarnessProcess:
         """Close the harness's input: it (or its namespace init) exits on end of input, on its own."""
         if self._closing_at is None:
             self._closing_at = time.monotonic()
-            os.close(self._to_harness)
+            with contextlib.suppress(OSError):
+                os.close(self._to_harness)
 
     def wait_closed(self, grace_s: float = 1.0) -> None:
         """End its input (if :meth:`end_input` has not), wait until the harness is gone, at most ``grace_s`` from
         the end of its input, then kill its whole session if it is not; free the descriptors and remove the
         folder."""
-        self.end_input()
         try:
+            self.end_input()
             if not self._ended(self._closing_at + grace_s):
                 # Its session is still alive, so its id is not reused: kill all of it.
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.pid, signal.SIGKILL)
             if self._popen is not None:
                 self._popen.wait()
+        except Exception as error:  # noqa: BLE001 - logged; the caller never raises for a program's sandbox
+            logger.warning("Code sandbox: waiting for a harness to end failed (%s); killing its session.", error)
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
         finally:
-            os.close(self._from_harness)
-            self._stderr.close()
-            _remove_tree(self.workdir)
+            with contextlib.suppress(OSError):
+                os.close(self._from_harness)
+            with contextlib.suppress(OSError, ValueError):
+                self._stderr.close()
+            self.removal_failures = _remove_tree(self.workdir)
 
 
 def _fresh_sandbox_uid() -> int | None:
@@ -420,22 +446,26 @@ def _site_packages() -> list[str]:
     return [path for path in site.getsitepackages() if os.path.isdir(path)]
 
 
-def _remove_tree(path: str) -> None:
-    """Remove a program's folder (usually already removed by its harness; see ``_remove_workdir``)."""
-    if not os.path.lexists(path):
-        return
+_removal_failures_lock = threading.Lock()
+_removal_failures = 0
 
-    def make_writable_and_retry(function, failed_path, _exc_info):
-        try:
-            os.chmod(os.path.dirname(failed_path), 0o700)
-            os.chmod(failed_path, 0o700)
-            function(failed_path)
-        except OSError:
-            pass
 
-    shutil.rmtree(path, onerror=make_writable_and_retry)
-    if os.path.exists(path):
-        shutil.rmtree(path, ignore_errors=True)
+def removal_failures() -> int:
+    """How many entries of programs' folders this process could not remove so far (the caller's own removal of each
+    program's folder, after the harness's; test folders the harness could not remove are counted per test, in
+    ``TestRunResult.cleanup_failures``). Counted, never raised."""
+    return _removal_failures
+
+
+def _remove_tree(path: str) -> int:
+    """Remove a program's folder (usually already removed by its harness) without recursion; count what remains."""
+    global _removal_failures
+    failures = remove_tree(path)
+    if failures:
+        with _removal_failures_lock:
+            _removal_failures += failures
+        logger.warning("Code sandbox: %d entries of %s could not be removed.", failures, path)
+    return failures
 
 
 _warned_writable = False
