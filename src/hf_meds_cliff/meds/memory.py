@@ -66,7 +66,7 @@ row-wise, so these are the bits the whole batch's normalisation gives); a key th
 hold switches to L2-normalised float64 rows, losslessly. Labels are int32, row ids int64, the training step of each
 row int32, the spanning tree int32 edge pairs and float64 weights. Snippets (:class:`RowSnippet`) are bounded per
 key: after each refit a key keeps those of the :data:`SNIPPETS_PER_CLUSTER` rows nearest each cluster's centre
-(the newest for noise) for its :data:`SNIPPET_CLUSTERS_PER_KEY` largest clusters, the rows a report shows
+(the newest for noise) for its :data:`SNIPPET_CLUSTERS_PER_KEY` largest clusters, the snippets a report shows
 (:func:`representative_rows`); the others are dropped, their rows stay. So clustering results are bit for bit those
 of the earlier all-float64 memory, and a stored row costs 88 bytes plus its key's share of snippets.
 
@@ -303,8 +303,8 @@ def representative_rows(
             shown after the clusters, keeps its own ``per_cluster``.
 
     Per cluster, rows are ranked by decreasing dot product with the mean of all its rows (ties: older row first),
-    noise by recency (newest first), and the first ``per_cluster`` candidates are kept: exactly the
-    representatives ``hf-meds-cliff report`` picks.
+    noise by recency (newest first), and the first ``per_cluster`` candidates are kept. ``hf-meds-cliff report``
+    shows up to ``per_cluster`` snippets per cluster, nearest the centre first, so it shows these.
 
     >>> points = np.array([[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]])
     >>> representative_rows(points, np.array([0, 0, 0, -1, -1]), np.ones(5, bool), per_cluster=2).tolist()
@@ -319,16 +319,24 @@ def representative_rows(
             f"points {points.shape}, labels {labels.shape} and candidates {candidates.shape} must describe the "
             "same rows."
         )
-    unique, counts = np.unique(labels[labels != NOISE_LABEL], return_counts=True)
-    by_size = unique[np.lexsort((unique, -counts))][:max_clusters]  # largest first, lower label on ties
-    kept: list[np.ndarray] = []
-    for label in by_size:
-        rows = np.flatnonzero(labels == label)
-        centre = points[rows].mean(axis=0)
-        order = rows[np.argsort(-(points[rows] @ centre), kind="stable")]
-        kept.append(order[candidates[order]][:per_cluster])
-    noise = np.flatnonzero(labels == NOISE_LABEL)[::-1]
-    kept.append(noise[candidates[noise]][:per_cluster])
+    clustered = np.flatnonzero(labels != NOISE_LABEL)
+    kept = [np.zeros(0, dtype=np.int64)]
+    if clustered.size:
+        unique, inverse, counts = np.unique(labels[clustered], return_inverse=True, return_counts=True)
+        chosen = np.zeros(unique.shape[0], dtype=bool)
+        chosen[np.lexsort((unique, -counts))[:max_clusters]] = True  # largest first, lower label on ties
+        centres = np.zeros((unique.shape[0], points.shape[1]))
+        np.add.at(centres, inverse, points[clustered])
+        centres /= counts[:, None]
+        scores = np.einsum("ij,ij->i", points[clustered], centres[inverse])
+        mask = candidates[clustered] & chosen[inverse]
+        rows, groups, scores = clustered[mask], inverse[mask], scores[mask]
+        order = np.lexsort((rows, -scores, groups))  # by cluster, nearest the centre first, older row first
+        rows, groups = rows[order], groups[order]
+        rank = np.arange(rows.shape[0]) - np.searchsorted(groups, groups, side="left")
+        kept.append(rows[rank < per_cluster])
+    noise = np.flatnonzero((labels == NOISE_LABEL) & candidates)[::-1]
+    kept.append(noise[:per_cluster])
     return np.sort(np.concatenate(kept)).astype(np.int64)
 
 
@@ -828,10 +836,9 @@ class ErrorMemory:
             (first_row_id + index, snippet) for index, snippet in enumerate(new_snippets) if snippet is not None
         )
         if candidates:
-            row_ids = refitted.row_ids.tolist()
-            has_snippet = np.array([row_id in candidates for row_id in row_ids], dtype=bool)
-            kept = representative_rows(points, refitted.labels, has_snippet)
-            refitted.snippets = {row_ids[index]: candidates[row_ids[index]] for index in kept.tolist()}
+            has_snippet = np.isin(refitted.row_ids, np.fromiter(candidates, dtype=np.int64, count=len(candidates)))
+            kept = refitted.row_ids[representative_rows(points, refitted.labels, has_snippet)].tolist()
+            refitted.snippets = {row_id: candidates[row_id] for row_id in kept}
         return refitted, evicted
 
     # ---------------------------------------------------------------- identity

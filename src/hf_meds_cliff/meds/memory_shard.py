@@ -72,7 +72,7 @@ def key_owner(key: Hashable, world_size: int) -> int:
     >>> key_owner(("prompt-0", False), 1)
     0
     >>> [key_owner(("prompt-0", correct), 4) for correct in (False, True)]
-    [3, 2]
+    [3, 0]
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}.")
