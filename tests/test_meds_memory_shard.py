@@ -15,6 +15,7 @@ from hf_meds_cliff.checkpointing import missing_checkpoint_files
 from hf_meds_cliff.meds.memory import (
     MEMORY_JSON_NAME,
     ErrorMemory,
+    SNIPPETS_PER_KEY_LIMIT,
     RowSnippet,
     representative_rows,
     shard_file_name,
@@ -154,16 +155,27 @@ def test_representative_rows_by_hand():
         representative_rows(points, labels[:3], everyone)
 
 
-def test_snippets_are_bounded_per_cluster_and_steps_kept_per_row():
+def test_snippets_are_bounded_per_key_and_steps_kept_per_row():
     memory = ErrorMemory()
-    for keys, features, snippets in synthetic_trace(num_prompts=2, visits=12):
+    for keys, features, snippets in synthetic_trace(num_prompts=2, visits=80):
         memory.assign_and_update(keys, features, snippets)
     for key in memory.keys():
-        labels, kept = memory.stored_labels(key), memory.stored_snippets(key)
-        for label in set(labels.tolist()):
-            assert sum(s is not None for s, l in zip(kept, labels) if l == label) <= 3
-        assert sum(s is not None for s in kept) < len(kept)  # most rows kept no snippet ...
-        assert (memory.stored_steps(key) >= 1).all()  # ... but every row its step
+        assert sum(s is not None for s in memory.stored_snippets(key)) <= SNIPPETS_PER_KEY_LIMIT
+        assert (memory.stored_steps(key) >= 1).all()  # every row keeps its step, snippet or not
+    assert max(memory.num_stored_rows(key) for key in memory.keys()) > 2 * SNIPPETS_PER_KEY_LIMIT
+
+    # More than the limit after a refit: exactly the representatives stay, at most 3 per cluster.
+    rng = np.random.default_rng(4)
+    count = SNIPPETS_PER_KEY_LIMIT + 1
+    features = rng.normal(size=(5, 14))[rng.integers(0, 5, count)] + 0.3 * rng.normal(size=(count, 14))
+    keys, snippets = [("p", False)] * count, [RowSnippet(f"row {i}", 1, i) for i in range(count)]
+    memory = ErrorMemory()
+    memory.assign_and_update(keys, features, snippets)
+    labels = memory.stored_labels(("p", False))
+    expected = representative_rows(memory.stored_features(("p", False)), labels, np.ones(len(labels), dtype=bool))
+    kept = memory.stored_snippets(("p", False))
+    assert [i for i, s in enumerate(kept) if s is not None] == expected.tolist()
+    assert all(sum(s is not None for s, l in zip(kept, labels) if l == label) <= 3 for label in set(labels.tolist()))
 
 
 # ---------------------------------------------------------------------------------------------- sharded = single

@@ -65,10 +65,11 @@ features as float32), and L2-normalised rows are computed from them when the key
 row-wise, so these are the bits the whole batch's normalisation gives); a key that receives a value float32 cannot
 hold switches to L2-normalised float64 rows, losslessly. Labels are int32, row ids int64, the training step of each
 row int32, the spanning tree int32 edge pairs and float64 weights. Snippets (:class:`RowSnippet`) are bounded per
-key: after each refit a key keeps those of the :data:`SNIPPETS_PER_CLUSTER` rows nearest each cluster's centre
-(the newest for noise) for its :data:`SNIPPET_CLUSTERS_PER_KEY` largest clusters, the snippets a report shows
-(:func:`representative_rows`); the others are dropped, their rows stay. So clustering results are bit for bit those
-of the earlier all-float64 memory, and a stored row costs 88 bytes plus its key's share of snippets.
+key: when a key holds more than :data:`SNIPPETS_PER_KEY_LIMIT` after a refit, it keeps only those of the
+:data:`SNIPPETS_PER_CLUSTER` rows nearest each cluster's centre (the newest for noise) of its
+:data:`SNIPPET_CLUSTERS_PER_KEY` largest clusters, the snippets a report shows (:func:`representative_rows`); the
+others are dropped, their rows stay. So clustering results are bit for bit those of the earlier all-float64 memory,
+and a stored row costs 88 bytes plus its key's share of at most 78 snippets.
 
 Checkpoints (format 3): :meth:`ErrorMemory.save` writes one *shard* (a set of keys) as
 ``meds_memory.shard-00000-of-00001.npz`` (its arrays, concatenated with offsets) and
@@ -135,6 +136,8 @@ SNIPPETS_PER_CLUSTER = 3
 """Snippets kept per cluster of a key: the rows nearest the cluster's centre (for noise: the newest rows)."""
 SNIPPET_CLUSTERS_PER_KEY = 12
 """Clusters of a key (the largest, noise apart) whose snippets are kept; noise keeps its own."""
+SNIPPETS_PER_KEY_LIMIT = 2 * SNIPPETS_PER_CLUSTER * (SNIPPET_CLUSTERS_PER_KEY + 1)
+"""Most snippets a key holds after a refit: above it, only its representatives are kept (at most half of it)."""
 _FORMAT_VERSION = 3
 _READABLE_FORMAT_VERSIONS = (1, 2, 3)  # 1: before the integrity record; 2: one npz for all keys; 3: shards
 _LEGACY_NPZ_ARRAYS = ("features", "labels", "row_ids", "row_offsets", "spanning_trees", "tree_offsets", "has_tree")
@@ -831,14 +834,16 @@ class ErrorMemory:
             tree = _extend_spanning_tree(points, old.spanning_tree(), num_old)
         refitted.set_spanning_tree(tree)
         refitted.labels = labels_from_spanning_tree(tree, self.min_cluster_size).astype(np.int32)
-        candidates = dict(old.snippets)
+        oldest = int(refitted.row_ids[0])
+        candidates = {row_id: snippet for row_id, snippet in old.snippets.items() if row_id >= oldest}
         candidates.update(
             (first_row_id + index, snippet) for index, snippet in enumerate(new_snippets) if snippet is not None
         )
-        if candidates:
+        if len(candidates) > SNIPPETS_PER_KEY_LIMIT:  # selecting on every refit would double the step's time
             has_snippet = np.isin(refitted.row_ids, np.fromiter(candidates, dtype=np.int64, count=len(candidates)))
             kept = refitted.row_ids[representative_rows(points, refitted.labels, has_snippet)].tolist()
-            refitted.snippets = {row_id: candidates[row_id] for row_id in kept}
+            candidates = {row_id: candidates[row_id] for row_id in kept}
+        refitted.snippets = candidates
         return refitted, evicted
 
     # ---------------------------------------------------------------- identity
@@ -1307,10 +1312,11 @@ def _load_legacy(cls: type, directory: Path, header: dict[str, Any]) -> Any:
             entry.set_spanning_tree(np.ascontiguousarray(data["spanning_trees"][tree_offsets[index] : tree_offsets[index + 1]]))
         else:
             entry.tree_edges = entry.tree_weights = None
-        if row_snippets:
+        if len(row_snippets) > SNIPPETS_PER_KEY_LIMIT:  # as a refit bounds them
             has_snippet = np.array([int(r) in row_snippets for r in entry.row_ids], dtype=bool)
             kept = representative_rows(entry.features, entry.labels, has_snippet)
-            entry.snippets = {int(entry.row_ids[i]): row_snippets[int(entry.row_ids[i])] for i in kept.tolist()}
+            row_snippets = {int(entry.row_ids[i]): row_snippets[int(entry.row_ids[i])] for i in kept.tolist()}
+        entry.snippets = row_snippets
         memory._entries[key] = entry
     memory._next_order = len(keys)
     notes = header.get("notes") or [None] * len(keys)
