@@ -6,19 +6,23 @@ wrong rows per prompt visit, every prompt visited ``--visits`` times (one visit 
 At each memory size (``--prompts`` prompts) it measures:
 
 * host memory per stored row: the bytes the memory holds, measured with ``tracemalloc`` (numpy reports its
-  arrays to it) after all visits but the last;
-* update time per call during the last visit (every key then holds ``(visits - 1) x 8`` rows);
-* bytes on disk per row, save and load time of a checkpoint (best of ``--repeats``).
+  arrays to it) after all visits but the last, each memory built alone;
+* update time per call during the last visit (every key then holds ``(visits - 1) x 8`` rows), the two memories
+  called in turn on each call, so that other load on the machine falls on both alike;
+* bytes on disk per row, save and load time of a checkpoint (best of ``--repeats``, in turn).
 
 The earlier memory is the module ``src/hf_meds_cliff/meds/memory.py`` of ``--baseline`` (a git commit), loaded from
 git under another name with the installed clustering kernels; the two are checked to return identical cluster sizes
 on every call and identical labels and normalised rows at the end.
 
-A straight line through the measured sizes (least squares) is extrapolated to DAPO-Math-17k: ``--paper-prompts``
-17,900 prompts x ``--visits`` x 8 = 14.3 M rows. The earlier memory is held whole by every rank; today's is split
+Bytes are extrapolated along a straight line through the measured sizes (least squares), save and load times with
+the largest time per row measured, to DAPO-Math-17k: ``--paper-prompts`` 17,900 prompts x ``--visits`` x 8 =
+14.3 M rows. The earlier memory is held whole by every rank; today's is split
 by key over ``--ranks`` processes (``hf_meds_cliff.meds.memory_shard``), each rank holding the largest share
 :func:`~hf_meds_cliff.meds.memory_shard.key_owner` gives one of them for the paper's number of prompts, and saving
-only that share. Writes ``--output`` (JSON: machine, versions, command, commit, every measurement).
+only that share, plus the directory of all keys every rank keeps (measured at the paper's number of keys). The
+update time of rank 0 of ``--ranks`` is measured on the same calls with the other ranks' answers left empty (its own
+work, without the network). Writes ``--output`` (JSON: machine, versions, command, commit, every measurement).
 
     NUMBA_CACHE_DIR=$HOME/.cache/hf_meds_cliff/numba PYTHONPATH=src \\
         python benchmarks/bench_meds_memory_scale.py --prompts 50 100 200 --visits 100
@@ -63,7 +67,7 @@ def load_baseline(commit: str):
 
 
 def visits_of(num_prompts: int, visits: int, rows_per_visit: int, dim: int, batch_prompts: int, seed: int):
-    """For each visit, the calls of that visit: ``(keys, float32 features (n, dim), snippet texts and steps)``.
+    """For each visit, the calls of that visit: ``(keys, float32 features (n, dim), snippet texts (UTF-8), step)``.
 
     Every prompt has 2 to 5 error modes; a wrong rollout is a mode plus spread (HDBSCAN then finds a mix of
     clusters and noise, as on real features). Prompts are visited in a new random order each epoch.
@@ -83,62 +87,121 @@ def visits_of(num_prompts: int, visits: int, rows_per_visit: int, dim: int, batc
                 keys += [(f"prompt-{prompt:05d}", False)] * rows_per_visit
                 for _ in range(rows_per_visit):
                     body = rng.choice(letters, 240).tobytes().decode()
-                    texts.append(f"{body} \\boxed{{{int(rng.integers(1000))}}}"[:256])
+                    # bytes: the str is made where the memory receives it, so tracemalloc counts what it keeps
+                    texts.append(f"{body} \\boxed{{{int(rng.integers(1000))}}}"[:256].encode())
             calls.append((keys, np.concatenate(rows).astype(np.float32), texts, visit + 1))
         yield calls
 
 
-def measure(module, args, num_prompts: int) -> dict:
-    """Build one memory of ``num_prompts`` prompts with ``module``; its measurements and every returned size."""
-    memory = module.ErrorMemory()
+def build(module, args, num_prompts: int, visits: list) -> tuple[object, int, str]:
+    """A memory of ``module`` after all visits but the last, the bytes it holds (``tracemalloc``), and a digest of
+    every size it returned."""
     sizes_digest = hashlib.sha256()  # not a list: what the benchmark keeps must not count as the memory's bytes
-    update_seconds: list[float] = []
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    held_bytes = held_rows = None
-    for visit, calls in enumerate(
-        visits_of(num_prompts, args.visits, args.rows_per_visit, args.dim, args.batch_prompts, args.seed)
-    ):
-        last = visit == args.visits - 1
+    memory = module.ErrorMemory()
+    for calls in visits[:-1]:
         for keys, features, texts, step in calls:
-            snippets = [module.RowSnippet(text, step=step, sample=i) for i, text in enumerate(texts)]
+            snippets = [module.RowSnippet(text.decode(), step=step, sample=i) for i, text in enumerate(texts)]
+            sizes = memory.assign_and_update(keys, features, snippets)
+            sizes_digest.update(np.asarray(sizes, dtype=np.int64).tobytes())
+        del keys, features, texts, snippets, sizes
+    held_bytes = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return memory, held_bytes, sizes_digest
+
+
+def rank_zero_of(world_size: int):
+    """The all-gather rank 0 of ``world_size`` sees when the other ranks own none of the call's keys: rank 0's own
+    work in a sharded step, without the network (a benchmark device; the sizes it returns are rank 0's only)."""
+    from hf_meds_cliff.meds.memory import _StepCounts
+
+    empty = {"error": None, "rows": np.zeros(0, dtype=np.int64), "sizes": np.zeros(0, dtype=np.int64),
+             "counts": _StepCounts(), "label_counts": {}}  # fmt: skip
+    return lambda obj: [obj] + [empty] * (world_size - 1)
+
+
+def directory_bytes(num_prompts: int, world_size: int, dim: int) -> tuple[int, int]:
+    """Bytes rank 0 of ``world_size`` holds after one row of each of ``num_prompts`` keys (its directory of all keys
+    and the rows of the keys it owns), and how many rows it holds."""
+    from hf_meds_cliff.meds.memory_shard import ShardedErrorMemory
+
+    keys = [(f"prompt-{index:05d}", False) for index in range(num_prompts)]
+    features = np.random.default_rng(0).normal(size=(num_prompts, dim)).astype(np.float32)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    memory = ShardedErrorMemory(0, world_size, rank_zero_of(world_size))
+    for start in range(0, num_prompts, 512):
+        memory.assign_and_update([tuple(key) for key in keys[start : start + 512]], features[start : start + 512])
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return held, memory.local.num_rows
+
+
+def measure_pair(modules: dict, args, num_prompts: int) -> dict[str, dict]:
+    """Both memories built on the same calls (each traced alone), then the last visit and the checkpoints timed
+    call by call in turn, so that load on the machine falls on both alike."""
+    visits = list(visits_of(num_prompts, args.visits, args.rows_per_visit, args.dim, args.batch_prompts, args.seed))
+    built = {name: build(module, args, num_prompts, visits) for name, module in modules.items()}
+    results = {
+        name: {
+            "prompts": num_prompts,
+            "rows_held": memory.num_rows,
+            "ram_bytes": held_bytes,
+            "ram_bytes_per_row": held_bytes / memory.num_rows,
+            "rows_per_call": args.batch_prompts * args.rows_per_visit,
+            "_update": [],
+            "_save": [],
+            "_load": [],
+        }
+        for name, (memory, held_bytes, _) in built.items()
+    }
+    from hf_meds_cliff.meds.memory_shard import ShardedErrorMemory
+
+    rank_zero = ShardedErrorMemory(0, args.ranks, rank_zero_of(args.ranks))
+    for calls in visits[:-1]:
+        for keys, features, texts, step in calls:
+            rank_zero.assign_and_update(keys, features, [modules["now"].RowSnippet(t.decode(), step, i)
+                                                         for i, t in enumerate(texts)])  # fmt: skip
+    results["now"]["_update_rank_zero"] = []
+    for keys, features, texts, step in visits[-1]:
+        snippets = [modules["now"].RowSnippet(text.decode(), step=step, sample=i) for i, text in enumerate(texts)]
+        start = time.perf_counter()
+        rank_zero.assign_and_update(keys, features, snippets)
+        results["now"]["_update_rank_zero"].append(time.perf_counter() - start)
+        for name, module in modules.items():
+            memory, _, digest = built[name]
+            snippets = [module.RowSnippet(text.decode(), step=step, sample=i) for i, text in enumerate(texts)]
             start = time.perf_counter()
             sizes = memory.assign_and_update(keys, features, snippets)
-            if last:
-                update_seconds.append(time.perf_counter() - start)
-            sizes_digest.update(np.asarray(sizes, dtype=np.int64).tobytes())
-        del calls, keys, features, texts, snippets, sizes
-        if visit == args.visits - 2:  # all visits but the last: what the memory holds, then time the last one
-            held_bytes = tracemalloc.get_traced_memory()[0] - before
-            held_rows = memory.num_rows
-            tracemalloc.stop()
-    save_seconds, load_seconds, disk_bytes = [], [], None
+            results[name]["_update"].append(time.perf_counter() - start)
+            digest.update(np.asarray(sizes, dtype=np.int64).tobytes())
     with tempfile.TemporaryDirectory() as directory:
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            memory.save(directory)
-            save_seconds.append(time.perf_counter() - start)
-            disk_bytes = sum(path.stat().st_size for path in Path(directory).iterdir())
-            start = time.perf_counter()
-            loaded = module.ErrorMemory.load(directory)
-            load_seconds.append(time.perf_counter() - start)
-            del loaded
-    final = {str(key): (memory.stored_labels(key), memory.stored_features(key)) for key in memory.keys()}
-    return {
-        "prompts": num_prompts,
-        "rows_held": held_rows,
-        "ram_bytes": held_bytes,
-        "ram_bytes_per_row": held_bytes / held_rows,
-        "rows_saved": memory.num_rows,
-        "disk_bytes": disk_bytes,
-        "disk_bytes_per_row": disk_bytes / memory.num_rows,
-        "save_seconds": min(save_seconds),
-        "load_seconds": min(load_seconds),
-        "update_seconds_per_call": float(np.mean(update_seconds)),
-        "rows_per_call": args.batch_prompts * args.rows_per_visit,
-        "_sizes": sizes_digest.hexdigest(),
-        "_final": final,
-    }
+        for repeat in range(args.repeats):
+            for name, module in modules.items():
+                folder = Path(directory) / name
+                memory = built[name][0]
+                start = time.perf_counter()
+                memory.save(folder)
+                results[name]["_save"].append(time.perf_counter() - start)
+                results[name]["disk_bytes"] = sum(path.stat().st_size for path in folder.iterdir())
+                start = time.perf_counter()
+                loaded = module.ErrorMemory.load(folder)
+                results[name]["_load"].append(time.perf_counter() - start)
+                del loaded
+    for name, result in results.items():
+        memory, _, digest = built[name]
+        result["rows_saved"] = memory.num_rows
+        result["disk_bytes_per_row"] = result["disk_bytes"] / memory.num_rows
+        result["save_seconds"] = min(result.pop("_save"))
+        result["load_seconds"] = min(result.pop("_load"))
+        result["update_seconds_per_call"] = float(np.mean(result.pop("_update")))
+        if "_update_rank_zero" in result:
+            result["rank_zero_keys"] = rank_zero.local.num_keys
+            result["rank_zero_update_seconds_per_call"] = float(np.mean(result.pop("_update_rank_zero")))
+        result["_sizes"] = digest.hexdigest()
+        result["_final"] = {str(key): (memory.stored_labels(key), memory.stored_features(key)) for key in memory.keys()}
+    return results
 
 
 def fit(points: list[dict], field: str, rows_field: str) -> tuple[float, float]:
@@ -208,8 +271,7 @@ def main() -> None:
     measured: dict[str, list[dict]] = {"before": [], "now": []}
     identical = True
     for num_prompts in args.prompts:
-        results = {name: measure(module, args, num_prompts) for name, module in (("before", baseline),
-                                                                                   ("now", current))}  # fmt: skip
+        results = measure_pair({"before": baseline, "now": current}, args, num_prompts)
         identical &= results["before"]["_sizes"] == results["now"]["_sizes"]
         for key, (labels, features) in results["before"]["_final"].items():
             now_labels, now_features = results["now"]["_final"][key]
@@ -221,7 +283,9 @@ def main() -> None:
                 f"{name:>6} {num_prompts:>5} prompts {result['rows_saved']:>8} rows: "
                 f"{result['ram_bytes_per_row']:7.1f} B/row RAM, {result['disk_bytes_per_row']:7.1f} B/row disk, "
                 f"save {result['save_seconds']:.3f} s, load {result['load_seconds']:.3f} s, "
-                f"update {result['update_seconds_per_call'] * 1000:.1f} ms/call",
+                f"update {result['update_seconds_per_call'] * 1000:.1f} ms/call"
+                + (f" ({result['rank_zero_update_seconds_per_call'] * 1000:.1f} on rank 0 of {args.ranks})"
+                   if "rank_zero_update_seconds_per_call" in result else ""),
                 flush=True,
             )
 
@@ -232,28 +296,37 @@ def main() -> None:
     )
     largest_share = float(owners.max() / owners.sum())
     rows_per_rank = {"before": paper_rows, "now": paper_rows * largest_share}
+    directory, directory_rows = directory_bytes(args.paper_prompts, args.ranks, args.dim)
     paper = {}
     for name, points in measured.items():
         ram = fit(points, "ram_bytes", "rows_held")
         disk = fit(points, "disk_bytes", "rows_saved")
-        save = fit(points, "save_seconds", "rows_saved")
-        load = fit(points, "load_seconds", "rows_saved")
+        # times: the largest per-row time measured (a line through noisy timings can cross zero)
+        save = (max(p["save_seconds"] / p["rows_saved"] for p in points), 0.0)
+        load = (max(p["load_seconds"] / p["rows_saved"] for p in points), 0.0)
         rank_rows = rows_per_rank[name]
+        # now: each rank also holds the directory of every key (measured at the paper's number of keys)
+        extra = directory - ram[0] * directory_rows if name == "now" else 0.0
         paper[name] = {
             "rows_per_rank": rank_rows,
             "ram_bytes_per_row": ram[0],
             "disk_bytes_per_row": disk[0],
-            "ram_per_rank_gb": (ram[1] + ram[0] * rank_rows) / 1e9,
-            "ram_all_ranks_gb": args.ranks * (ram[1] + ram[0] * rank_rows) / 1e9,
+            "ram_per_rank_gb": (ram[1] + ram[0] * rank_rows + extra) / 1e9,
+            "ram_all_ranks_gb": args.ranks * (ram[1] + ram[0] * rank_rows + extra) / 1e9,
             "checkpoint_gb": (disk[1] + disk[0] * paper_rows) / 1e9,  # one copy (before) or all shards (now)
             "save_seconds_per_rank": save[1] + save[0] * rank_rows,
             "load_seconds_per_rank": load[1] + load[0] * rank_rows,
             "update_seconds_per_call": points[-1]["update_seconds_per_call"],
+            "update_seconds_per_call_per_rank": points[-1].get(
+                "rank_zero_update_seconds_per_call", points[-1]["update_seconds_per_call"]
+            ),
         }
+    paper["now"]["directory_bytes_per_rank"] = directory
     ratios = {
         field: paper["before"][field] / paper["now"][field]
         for field in ("ram_bytes_per_row", "disk_bytes_per_row", "ram_per_rank_gb", "checkpoint_gb",
-                      "save_seconds_per_rank", "load_seconds_per_rank", "update_seconds_per_call")
+                      "save_seconds_per_rank", "load_seconds_per_rank", "update_seconds_per_call",
+                      "update_seconds_per_call_per_rank")
     }  # fmt: skip
     print(
         f"\nDAPO-Math-17k: {args.paper_prompts} prompts x {args.visits} visits x {args.rows_per_visit} wrong rows = "
@@ -262,7 +335,7 @@ def main() -> None:
     print(f"{'':28}{'before':>12}{'now':>12}{'before/now':>12}")
     for field, unit in (("ram_bytes_per_row", "B"), ("disk_bytes_per_row", "B"), ("ram_per_rank_gb", "GB"),
                         ("checkpoint_gb", "GB"), ("save_seconds_per_rank", "s"), ("load_seconds_per_rank", "s"),
-                        ("update_seconds_per_call", "s")):  # fmt: skip
+                        ("update_seconds_per_call", "s"), ("update_seconds_per_call_per_rank", "s")):  # fmt: skip
         print(
             f"{field + ' (' + unit + ')':28}{paper['before'][field]:12.3f}{paper['now'][field]:12.3f}"
             f"{ratios[field]:12.2f}"
