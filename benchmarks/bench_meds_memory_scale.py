@@ -6,9 +6,10 @@ wrong rows per prompt visit, every prompt visited ``--visits`` times (one visit 
 At each memory size (``--prompts`` prompts) it measures:
 
 * host memory per stored row: the bytes the memory holds, measured with ``tracemalloc`` (numpy reports its
-  arrays to it) after all visits but the last, each memory built alone;
-* update time per call during the last visit (every key then holds ``(visits - 1) x 8`` rows), the two memories
-  called in turn on each call, so that other load on the machine falls on both alike;
+  arrays to it) before the last ``--timed-visits`` visits, each memory built alone;
+* update time per call during the last ``--timed-visits`` visits (5 by default: a key prunes its snippets about
+  once in 5 visits), the two memories called in turn on each call, so that other load on the machine falls on both
+  alike;
 * bytes on disk per row, save and load time of a checkpoint (best of ``--repeats``, in turn).
 
 The earlier memory is the module ``src/hf_meds_cliff/meds/memory.py`` of ``--baseline`` (a git commit), loaded from
@@ -94,13 +95,13 @@ def visits_of(num_prompts: int, visits: int, rows_per_visit: int, dim: int, batc
 
 
 def build(module, args, num_prompts: int, visits: list) -> tuple[object, int, str]:
-    """A memory of ``module`` after all visits but the last, the bytes it holds (``tracemalloc``), and a digest of
-    every size it returned."""
+    """A memory of ``module`` after the visits before the timed ones, the bytes it holds (``tracemalloc``), and a
+    digest of every size it returned."""
     sizes_digest = hashlib.sha256()  # not a list: what the benchmark keeps must not count as the memory's bytes
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     memory = module.ErrorMemory()
-    for calls in visits[:-1]:
+    for calls in visits[: -args.timed_visits]:
         for keys, features, texts, step in calls:
             snippets = [module.RowSnippet(text.decode(), step=step, sample=i) for i, text in enumerate(texts)]
             sizes = memory.assign_and_update(keys, features, snippets)
@@ -159,12 +160,13 @@ def measure_pair(modules: dict, args, num_prompts: int) -> dict[str, dict]:
     from hf_meds_cliff.meds.memory_shard import ShardedErrorMemory
 
     rank_zero = ShardedErrorMemory(0, args.ranks, rank_zero_of(args.ranks))
-    for calls in visits[:-1]:
+    for calls in visits[: -args.timed_visits]:
         for keys, features, texts, step in calls:
             rank_zero.assign_and_update(keys, features, [modules["now"].RowSnippet(t.decode(), step, i)
                                                          for i, t in enumerate(texts)])  # fmt: skip
     results["now"]["_update_rank_zero"] = []
-    for keys, features, texts, step in visits[-1]:
+    timed_calls = [call for calls in visits[-args.timed_visits :] for call in calls]
+    for keys, features, texts, step in timed_calls:
         snippets = [modules["now"].RowSnippet(text.decode(), step=step, sample=i) for i, text in enumerate(texts)]
         start = time.perf_counter()
         rank_zero.assign_and_update(keys, features, snippets)
@@ -252,6 +254,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=14)
     parser.add_argument("--batch-prompts", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--timed-visits", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--baseline", default="33bb6e1", help="git commit of the earlier memory (format 2)")
     parser.add_argument("--paper-prompts", type=int, default=17_900)
@@ -342,23 +345,27 @@ def main() -> None:
         )
     print(f"cluster sizes, labels and normalised rows identical: {identical}")
 
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "src", "benchmarks"], cwd=REPO,
-                                capture_output=True, text=True).stdout.strip())  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", "src", "benchmarks"], cwd=REPO, capture_output=True, text=True,
+        check=False,
+    ).stdout.strip()
     record = {
         "benchmark": "bench_meds_memory_scale.py",
         "command": "python " + " ".join([os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
-        "commit": commit + ("-dirty" if dirty else ""),
+        "commit": commit + ("-dirty" if changed else ""),
         "baseline_commit": args.baseline,
         "machine_at_start": started,
         "load_average_at_end": os.getloadavg(),
         "versions": versions(),
         "shape": {"dim": args.dim, "rows_per_visit": args.rows_per_visit, "visits": args.visits,
-                  "batch_prompts": args.batch_prompts, "snippet_chars": 256},  # fmt: skip
+                  "batch_prompts": args.batch_prompts, "snippet_chars": 256},
         "measured": measured,
         "paper": {"prompts": args.paper_prompts, "rows": paper_rows, "ranks": args.ranks,
                   "largest_key_share": largest_share, "before": paper["before"], "now": paper["now"],
-                  "before_over_now": ratios},  # fmt: skip
+                  "before_over_now": ratios},
         "identical_results": identical,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)

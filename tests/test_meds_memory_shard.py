@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 
 from hf_meds_cliff.checkpointing import missing_checkpoint_files
+from hf_meds_cliff.meds.clustering import _normalise_rows
 from hf_meds_cliff.meds.memory import (
     MEMORY_JSON_NAME,
-    ErrorMemory,
     SNIPPETS_PER_KEY_LIMIT,
+    ErrorMemory,
     RowSnippet,
     representative_rows,
     shard_file_name,
 )
-from hf_meds_cliff.meds.clustering import _normalise_rows
 from hf_meds_cliff.meds.memory_shard import ShardedErrorMemory, key_owner
 
 

@@ -43,8 +43,10 @@ from .memory import (
     RowSnippet,
     _canonical_key,
     _combine_fingerprint,
+    _decode_key,
     _encode_key,
     _first_row_ids,
+    _load_legacy,
     _memory_from_manifest,
     _read_header,
     _read_shard,
@@ -54,8 +56,6 @@ from .memory import (
     _validated_call,
     _write_manifest,
     _write_shard,
-    _decode_key,
-    _load_legacy,
 )
 
 logger = logging.getLogger(__name__)
@@ -181,6 +181,32 @@ class ShardedErrorMemory:
             f"{key!r} is held by rank {key_owner(canonical, self.world_size)} (this is rank {self.rank}) and was not "
             "in the last call; ask its owner, or load the saved memory with ErrorMemory.load."
         )
+
+    def _owned_entry_check(self, key: Hashable) -> Hashable:
+        canonical = _canonical_key(key)
+        if canonical not in self.local:
+            owner = key_owner(canonical, self.world_size)
+            raise KeyError(
+                f"{key!r} is not held by rank {self.rank}: its rows are on rank {owner}. Ask that rank, or load the "
+                "saved memory with ErrorMemory.load (every shard)."
+            )
+        return canonical
+
+    def stored_features(self, key: Hashable) -> np.ndarray:
+        """:meth:`ErrorMemory.stored_features` of a key owned by this rank."""
+        return self.local.stored_features(self._owned_entry_check(key))
+
+    def stored_labels(self, key: Hashable) -> np.ndarray:
+        """:meth:`ErrorMemory.stored_labels` of a key owned by this rank."""
+        return self.local.stored_labels(self._owned_entry_check(key))
+
+    def stored_steps(self, key: Hashable) -> np.ndarray:
+        """:meth:`ErrorMemory.stored_steps` of a key owned by this rank."""
+        return self.local.stored_steps(self._owned_entry_check(key))
+
+    def stored_snippets(self, key: Hashable) -> list[RowSnippet | None]:
+        """:meth:`ErrorMemory.stored_snippets` of a key owned by this rank."""
+        return self.local.stored_snippets(self._owned_entry_check(key))
 
     def has_note(self, key: Hashable) -> bool:
         entry = self._directory.get(_canonical_key(key))

@@ -743,9 +743,8 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         if self.args.meds_save_memory and (self.args.should_save or self.accelerator.num_processes > 1):
             # sharded (several processes): every rank writes its shard, rank 0 the manifest (a collective)
             self.meds_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
-        if self.args.meds_save_memory and self.args.should_save:
-            if self.meds_answer_memory is not None:
-                self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
+        if self.args.meds_save_memory and self.args.should_save and self.meds_answer_memory is not None:
+            self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
         super()._save_checkpoint(model, trial)
 
     def _resume_method_files(self) -> tuple[str, ...]:
