@@ -116,8 +116,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
       completions masked by ``mask_truncated_completions``, whose completion tokens TRL masks out.)
     * ``_calculate_rewards``: computes the features (own no-grad forward of the decoder body over
       prompt + completion truncated at the answer position, unless captured above), gathers them with
-      the prompt keys across processes, updates the memory identically on every rank, and fills the
-      ``meds_penalty`` column; logs ``meds/*`` metrics. Eval batches are not shaped.
+      the prompt keys across processes, updates the memory (on several processes a
+      :class:`~hf_meds_cliff.meds.memory_shard.ShardedErrorMemory`: each rank fits the prompts it owns and the sizes
+      are gathered back), and fills the ``meds_penalty`` column; logs ``meds/*`` metrics. Eval batches are not
+      shaped.
     * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the memory into each checkpoint
       (``checkpoint-N/meds_memory``, before TRL's own files, so a checkpoint with ``trainer_state.json`` always
       has it) and restore it on resume; a checkpoint without a valid memory is an error unless
@@ -575,7 +577,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         keys_local = self._meds_prompt_keys(inputs, prompts)
 
         # Groups may be split across processes: every rank sees the whole gathered batch, in the same order
-        # as the gathered rewards, and updates its own memory with it (so all memories stay identical).
+        # as the gathered rewards, and passes it to the memory (sharded: each rank fits the prompts it owns).
         features = gather(features_local.to(device)).float().cpu()
         has_feature = gather(has_local.to(device)).bool().cpu()
         rule_codes = gather(self._meds_local_rule_codes.to(device)).cpu()
