@@ -319,3 +319,50 @@ def test_sharded_notes_and_bad_arguments():
         assert notes == [f"problem {key}" if key in "ab" else None for key in owned]
     with pytest.raises(ValueError, match=r"rank must be an int in \[0, 2\), got 2"):
         ShardedErrorMemory(2, 2, lambda obj: [obj])
+
+
+@pytest.mark.multiprocess
+def test_two_processes_split_the_memory_over_gloo(tmp_path):
+    """torchrun, 2 CPU processes, torch.distributed (gloo): the toy and the synthetic trace give one memory's sizes;
+    a 2-process save resumes on 1 process and a 1-process save on 2."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers import free_port
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    if not Path(torchrun).exists():
+        pytest.skip("torchrun is not available")
+    driver = Path(__file__).parent / "multiproc" / "memory_shard_driver.py"
+
+    def launch(output_dir, *extra):
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        command = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(driver),
+                   "--output_dir", str(output_dir), *extra]  # fmt: skip
+        completed = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=300)
+        assert completed.returncode == 0, completed.stderr[-4000:]
+        return [json.loads((output_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+    steps = synthetic_trace()
+    toy, single = ErrorMemory(), ErrorMemory()
+    toy_sizes = [toy.assign_and_update(*step).tolist() for step in TOY]
+    trace_sizes = [single.assign_and_update(*step).tolist() for step in steps[:4]]
+    saved_fingerprint = single.fingerprint()
+    single.save(tmp_path / "one-process")
+    resumed_sizes = [single.assign_and_update(*step).tolist() for step in steps[4:]]
+
+    ranks = launch(tmp_path / "two")
+    for result in ranks:
+        assert result["world_size"] == 2
+        assert result["toy_sizes"] == toy_sizes and result["trace_sizes"] == trace_sizes
+        assert result["fingerprint"] == saved_fingerprint
+    assert 0 < ranks[0]["local_keys"] < single.num_keys and ranks[0]["local_keys"] + ranks[1]["local_keys"] == single.num_keys
+    # 2 -> 1: the two shards read as one memory continue like the uninterrupted one
+    merged = ErrorMemory.load(tmp_path / "two" / "memory")
+    assert [merged.assign_and_update(*step).tolist() for step in steps[4:]] == resumed_sizes
+    # 1 -> 2: a one-process save, split over two processes
+    for result in launch(tmp_path / "resumed", "--resume_from", str(tmp_path / "one-process")):
+        assert result["resumed_sizes"] == resumed_sizes and result["fingerprint"] == single.fingerprint()
