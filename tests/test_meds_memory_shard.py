@@ -255,6 +255,30 @@ def test_checkpoints_move_between_world_sizes(tmp_path, saved_by, loaded_by):
         assert sizes == expected and fingerprint == single.fingerprint()
 
 
+def test_a_format_2_memory_is_split_over_the_processes_that_resume_it():
+    """``tests/data/meds_memory_v2`` (written by the one-npz format) loaded by 2 ranks continues as that code did."""
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).parent / "data" / "meds_memory_v2"
+    sys.path.insert(0, str(folder.parent))
+    try:
+        from build_meds_memory_v2 import trace
+    finally:
+        sys.path.remove(str(folder.parent))
+    expected = json.loads((folder / "expected.json").read_text())
+    keys, rows, snippets = trace()[2]
+
+    def work(rank, all_gather):
+        memory = ShardedErrorMemory.load(folder, rank, 2, all_gather)
+        return memory.assign_and_update(keys, rows, snippets).tolist(), memory.num_rows, memory.local.num_keys
+
+    results, errors = run_ranks(2, work)
+    assert errors == [None, None]
+    assert all(sizes == expected["next_sizes"] and rows_after == expected["rows_after"] for sizes, rows_after, _ in results)
+    assert results[0][2] + results[1][2] == len(expected["labels_after"])
+
+
 def _saved_sharded(rank, world_size, all_gather, steps, folder):
     memory = ShardedErrorMemory(rank, world_size, all_gather)
     for step in steps:
