@@ -14,6 +14,7 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch.distributed as dist
@@ -55,7 +56,9 @@ def main() -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no process-group teardown: see meds_driver.exit_without_teardown (a gloo destructor deadlock)
 
 
 if __name__ == "__main__":
