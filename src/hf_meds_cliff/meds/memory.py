@@ -901,8 +901,9 @@ class ErrorMemory:
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        record = _write_shard(directory, 0, 1, self)
-        _write_manifest(directory, self._manifest(1, [record], self.fingerprint()))
+        digests = self._key_digests()
+        record = _write_shard(directory, 0, 1, self, digests)
+        _write_manifest(directory, self._manifest(1, [record], _combine_fingerprint(self._fingerprint_header(), digests)))
         logger.debug("Saved MEDS memory (%d rows, %d keys) to %s", self.num_rows, self.num_keys, directory)
         return directory
 
@@ -976,9 +977,12 @@ def _shard_arrays(entries: list[_KeyMemory], dim: int) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
-def _write_shard(directory: Path, index: int, count: int, memory: ErrorMemory) -> dict[str, Any]:
-    """Write ``memory``'s keys as shard ``index`` of ``count`` (npz first, then its JSON); returns its record for
-    the manifest: file names, the JSON's SHA-256, key and row counts."""
+def _write_shard(
+    directory: Path, index: int, count: int, memory: ErrorMemory, digests: list[tuple[int, bytes]]
+) -> dict[str, Any]:
+    """Write ``memory``'s keys as shard ``index`` of ``count`` (npz first, then its JSON); ``digests`` are its
+    :meth:`ErrorMemory._key_digests`. Returns its record for the manifest: file names, the JSON's SHA-256, key and row
+    counts."""
     arrays_name, header_name = shard_file_name(index, count, "npz"), shard_file_name(index, count, "json")
     remove_stale_temporaries(directory, (arrays_name, header_name))
     keys = list(memory._entries)
@@ -998,7 +1002,7 @@ def _write_shard(directory: Path, index: int, count: int, memory: ErrorMemory) -
             for e in entries
         ],
         "arrays_sha256": file_sha256(arrays_path),
-        "fingerprint": _combine_fingerprint(b"", memory._key_digests()),
+        "fingerprint": _combine_fingerprint(b"", digests),
     }
     header_path = write_atomically(
         directory / header_name, lambda handle: handle.write(json.dumps(header, ensure_ascii=False).encode())

@@ -298,13 +298,14 @@ class ShardedErrorMemory:
         """Write this rank's shard, then (rank 0) the manifest (collective; see the module docstring)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        error, record = None, None
+        error, record, digests = None, None, []
         try:
-            record = _write_shard(directory, self.rank, self.world_size, self.local)
+            digests = self.local._key_digests()
+            record = _write_shard(directory, self.rank, self.world_size, self.local, digests)
         except Exception as failure:  # noqa: BLE001 - every rank must reach the gather
             error = failure
         parts = self._all_gather(
-            {"record": record, "digests": self.local._key_digests(), "error": None if error is None else repr(error)}
+            {"record": record, "digests": digests, "error": None if error is None else repr(error)}
         )
         failures = [(rank, p["error"]) for rank, p in enumerate(parts) if p["error"] is not None]
         if failures:
