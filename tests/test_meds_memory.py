@@ -12,11 +12,12 @@ import pytest
 from hf_meds_cliff.meds import ErrorMemory, hdbscan_labels
 from hf_meds_cliff.meds.memory import (
     MEMORY_JSON_NAME,
-    MEMORY_NPZ_NAME,
-    MEMORY_SNIPPETS_NAME,
     RowSnippet,
     _knn_vote,
+    shard_file_name,
 )
+
+SHARD_NPZ, SHARD_JSON = shard_file_name(0, 1, "npz"), shard_file_name(0, 1, "json")
 
 
 def unit(degrees: float) -> list[float]:
@@ -154,9 +155,10 @@ def test_save_load_round_trip_and_identical_future(tmp_path):
     for features, step_keys in steps[:3]:
         uninterrupted.assign_and_update(step_keys, features)
     uninterrupted.save(tmp_path)
-    assert (tmp_path / MEMORY_NPZ_NAME).is_file() and (tmp_path / MEMORY_JSON_NAME).is_file()
+    assert all((tmp_path / name).is_file() for name in (SHARD_NPZ, SHARD_JSON, MEMORY_JSON_NAME))
     header = json.loads((tmp_path / MEMORY_JSON_NAME).read_text())
-    assert header["config"]["noise_policy"] == "ignore" and len(header["keys"]) == 5
+    assert header["config"]["noise_policy"] == "ignore" and header["requires"] == [SHARD_NPZ, SHARD_JSON]
+    assert len(json.loads((tmp_path / SHARD_JSON).read_text())["keys"]) == 5
 
     resumed = ErrorMemory.load(tmp_path)
     assert resumed.fingerprint() == uninterrupted.fingerprint()
@@ -191,31 +193,25 @@ def test_snippets_follow_their_rows_through_eviction_and_checkpoints(tmp_path):
     with pytest.raises(KeyError, match="'nope' is not in the memory"):
         memory.set_note("nope", "x")
     memory.save(tmp_path)
-    lines = (tmp_path / MEMORY_SNIPPETS_NAME).read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 4 and json.loads(lines[0]) == {
-        "row_id": 1, "text": "answer \\boxed{1} <b>", "step": 1, "sample": 1,
-    }  # fmt: skip
+    shard = json.loads((tmp_path / SHARD_JSON).read_text(encoding="utf-8"))
+    assert shard["snippets"][0][0] == [1, "answer \\boxed{1} <b>", 1, 1]  # [row id, text, step, sample]
     restored = ErrorMemory.load(tmp_path)
     assert restored.state_equal(memory)
     for key in ("q", "r"):
         assert restored.stored_snippets(key) == memory.stored_snippets(key)
+        assert restored.stored_steps(key).tolist() == memory.stored_steps(key).tolist()
+    assert memory.stored_steps("q").tolist() == [1, 2, -1, 2]  # from the snippets given (kept or not), -1: none
     assert (restored.note("q"), restored.note("r")) == ("Compute 1 + 2.", None)
 
-    # Saving a memory without snippets into the same folder removes the stale file.
+    # Saving a memory without snippets into the same folder leaves none behind.
     without_snippets.save(tmp_path)
-    assert not (tmp_path / MEMORY_SNIPPETS_NAME).exists()
     assert ErrorMemory.load(tmp_path).stored_snippets("q") == [None] * 4
 
     memory.save(tmp_path)
-    (tmp_path / MEMORY_SNIPPETS_NAME).write_text('{"row_id": 1}\n')
-    with pytest.raises(ValueError, match="meds_snippets.jsonl does not match .*integrity record"):
-        ErrorMemory.load(tmp_path)  # the JSON's integrity record covers the snippets file too
-    header_path = tmp_path / "meds_memory.json"
-    header = json.loads(header_path.read_text())
-    del header["snippets_sha256"]  # a header without the record: the malformed line itself is reported
-    header_path.write_text(json.dumps(header))
-    with pytest.raises(ValueError, match="line 1 is not a snippet record"):
-        ErrorMemory.load(tmp_path)
+    shard["snippets"][0][0] = [1, "edited", 1, 1]
+    (tmp_path / SHARD_JSON).write_text(json.dumps(shard))
+    with pytest.raises(ValueError, match="shard-00000-of-00001.json does not match .*integrity record"):
+        ErrorMemory.load(tmp_path)  # the manifest's integrity record covers the shard's JSON, snippets included
     with pytest.raises(ValueError, match="snippets has 1 entries but features has 2 rows"):
         memory.assign_and_update(["q", "q"], np.array([unit(0), unit(1)]), snippets=[None])
     with pytest.raises(TypeError, match="snippets must be RowSnippet or None, got str"):

@@ -328,30 +328,42 @@ def test_trainer_rejects_bad_setup(toy_policy_path, tmp_path):
         )
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_two_processes_match_one_process(toy_policy_path, tmp_path):
-    """Groups split across 2 CPU processes give the same cluster sizes and the same memory on every rank."""
+def _torchrun(arguments: list[str]) -> subprocess.CompletedProcess:
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     if not Path(torchrun).exists():
         pytest.skip("torchrun is not available")
-    out = tmp_path / "np2"
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(DRIVER),
-        "--policy", str(toy_policy_path), "--output_dir", str(out), "--train",
-    ]  # fmt: skip
+    command = [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(DRIVER), *arguments]
     completed = subprocess.run(
         command, check=False, env=env, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT
     )
     assert completed.returncode == 0, completed.stderr[-4000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return completed
 
-    # The 1-process reference: the same driver code in this process (world size 1).
+
+def _load_driver():
     spec = importlib.util.spec_from_file_location("meds_driver", DRIVER)
     driver = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(driver)
-    reference = driver.run_fixed_batches(driver.build_trainer(str(toy_policy_path), tmp_path / "np1", 1))
+    return driver
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_match_one_process(toy_policy_path, tmp_path):
+    """Groups split across 2 CPU processes, the memory split by key between them: the same cluster sizes as one
+    process, and the saved halves read back as the one process's memory."""
+    from hf_meds_cliff.meds.memory import ErrorMemory
+
+    out = tmp_path / "np2"
+    _torchrun(["--policy", str(toy_policy_path), "--output_dir", str(out), "--train"])
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+    # The 1-process reference: the same driver code in this process (world size 1).
+    driver = _load_driver()
+    reference_trainer = driver.build_trainer(str(toy_policy_path), tmp_path / "np1", 1)
+    reference = driver.run_fixed_batches(reference_trainer, save_to=tmp_path / "np1" / "memory_fixed")
+    assert type(reference_trainer.meds_memory).__name__ == "ErrorMemory"
 
     assert reference["world_size"] == 1
     assert any(size > 0 for step in reference["cluster_sizes"] for size in step), (
@@ -361,14 +373,58 @@ def test_two_processes_match_one_process(toy_policy_path, tmp_path):
         assert rank_result["world_size"] == 2
         assert rank_result["cluster_sizes"] == reference["cluster_sizes"]
         np.testing.assert_allclose(rank_result["penalties"], reference["penalties"], rtol=1e-6, atol=1e-7)
-        assert len(rank_result["stored_features"]) == len(reference["stored_features"])
-        for rows, reference_rows in zip(rank_result["stored_features"], reference["stored_features"]):
-            np.testing.assert_allclose(rows, reference_rows, atol=1e-5)
-        # Snippets and problem notes are gathered like the features: every rank stores the same ones.
-        assert rank_result["snippets"] == reference["snippets"] and rank_result["notes"] == reference["notes"]
-    assert all(note and note.startswith("Compute") for note in reference["notes"])
-    assert all(s is not None and s[1] == 1 for rows in reference["snippets"] for s in rows)
+        assert rank_result["fixed_memory_rows"] == reference["fixed_memory_rows"]
+    # Each rank saved its shard; read together they are the whole memory: the same rows, snippets and notes.
+    halves = ErrorMemory.load(out / "memory_fixed")
+    assert json.loads((out / "memory_fixed" / "meds_memory.json").read_text())["num_shards"] == 2
+    assert halves.fingerprint() == ranks[0]["fingerprint_fixed"]
+    contents, expected = driver.memory_contents(halves), driver.memory_contents(reference_trainer.meds_memory)
+    assert len(contents["stored_features"]) == len(expected["stored_features"])
+    for rows, reference_rows in zip(contents["stored_features"], expected["stored_features"]):
+        np.testing.assert_allclose(rows, reference_rows, atol=1e-5)
+    # Snippets and problem notes are gathered like the features: the owner of each key stores them.
+    assert contents["snippets"] == expected["snippets"] and contents["notes"] == expected["notes"]
+    assert all(note and note.startswith("Compute") for note in expected["notes"])
+    assert all(s is None or s[1] == 1 for rows in expected["snippets"] for s in rows)
+    assert any(s is not None for rows in expected["snippets"] for s in rows)
     rank0, rank1 = ranks
     assert rank0["fingerprint_fixed"] == rank1["fingerprint_fixed"]
     assert rank0["fingerprint_train"] == rank1["fingerprint_train"]
     assert rank0["train_memory_rows"] > reference["fixed_memory_rows"]
+    # one memory per job: each rank held only its keys' rows
+    assert 0 < rank0["local_train_rows"] < rank0["train_memory_rows"]
+    assert rank0["local_train_rows"] + rank1["local_train_rows"] == rank0["train_memory_rows"]
+
+    # The checkpoints of the 2-process run (save_steps=1, save_total_limit=1): the last one is complete, and a
+    # 1-process trainer resumes its memory through the trainer's own hook (2 -> 1 processes: re-sharded).
+    checkpoints = sorted(p.name for p in (out / "trainer").iterdir() if p.name.startswith("checkpoint-"))
+    assert checkpoints == ["checkpoint-2"]
+    from hf_meds_cliff.checkpointing import latest_complete_checkpoint
+
+    resumed = driver.build_trainer(str(toy_policy_path), tmp_path / "np1-resumed", 1)
+    assert latest_complete_checkpoint(out / "trainer", resumed._resume_method_files()).name == "checkpoint-2"
+    resumed.create_optimizer_and_scheduler(num_training_steps=2)  # what train() does before it loads them
+    resumed._load_optimizer_and_scheduler(str(out / "trainer" / "checkpoint-2"))
+    assert resumed.meds_memory.fingerprint() == rank0["fingerprint_train"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_one_process_checkpoint_resumes_on_two_processes(toy_policy_path, tmp_path):
+    """1 -> 2 processes: a memory saved by one process is split over two by the trainer's resume hook, and the
+    next steps give the sizes the one process gives."""
+    driver = _load_driver()
+    single = driver.build_trainer(str(toy_policy_path), tmp_path / "np1", 1)
+    driver.run_fixed_batches(single)
+    checkpoint = tmp_path / "checkpoint-3"
+    single.meds_memory.save(checkpoint / "meds_memory")
+    saved_fingerprint, saved_rows = single.meds_memory.fingerprint(), single.meds_memory.num_rows
+    continued = driver.run_fixed_batches(single)  # the same prompts again: every key has stored rows
+
+    out = tmp_path / "np2"
+    _torchrun(["--policy", str(toy_policy_path), "--output_dir", str(out), "--resume_from", str(checkpoint)])
+    for rank in range(2):
+        result = json.loads((out / f"rank{rank}.json").read_text())
+        assert result["resumed_rows"] == saved_rows and result["resumed_fingerprint"] == saved_fingerprint
+        assert result["cluster_sizes"] == continued["cluster_sizes"]
+        assert any(size > 0 for step in result["cluster_sizes"] for size in step)

@@ -19,8 +19,10 @@ from helpers import ROOT, load_module
 
 from hf_meds_cliff.checkpointing import resolve_resume_checkpoint
 from hf_meds_cliff.meds.config import MEDSConfig
-from hf_meds_cliff.meds.memory import MEMORY_NPZ_NAME, ErrorMemory
+from hf_meds_cliff.meds.memory import ErrorMemory, shard_file_name
 from hf_meds_cliff.meds.trainer import MEMORY_DIRNAME, MEDSGRPOTrainer
+
+SHARD_NPZ, SHARD_JSON = shard_file_name(0, 1, "npz"), shard_file_name(0, 1, "json")
 
 CPU = {"bf16": False, "use_cpu": True, "report_to": [], "seed": 0}
 STAGES = ("method_state", "model", "trainer_state", "rotation")
@@ -138,11 +140,11 @@ def test_meds_resume_without_valid_memory_is_an_error_unless_allowed(tmp_path, c
     _grow_memory(trainer, 1)
     _save(trainer, 1)
     checkpoint = tmp_path / "run" / "checkpoint-1"
-    npz = checkpoint / MEMORY_DIRNAME / MEMORY_NPZ_NAME
+    npz = checkpoint / MEMORY_DIRNAME / SHARD_NPZ
     npz.write_bytes(npz.read_bytes()[:64])  # truncated by a full disk
     resumed = _meds_trainer(tmp_path / "run")
     with pytest.raises(
-        ValueError, match=r"Cannot resume MEDS from .*checkpoint-1.*meds_memory.npz does not match"
+        ValueError, match=r"Cannot resume MEDS from .*checkpoint-1.*shard-00000-of-00001.npz does not match"
     ):
         resumed._load_optimizer_and_scheduler(str(checkpoint))
 
@@ -298,7 +300,7 @@ def test_meds_sigkill_while_saving_the_memory_then_resume_true(tmp_path):
     resumed._load_optimizer_and_scheduler(checkpoint)
     assert resumed.meds_memory.fingerprint() == first
     _save(resumed, 2)  # the resumed run reaches step 2 again: its save replaces the debris
-    assert sorted(p.name for p in memory_dir.iterdir()) == ["meds_memory.json", MEMORY_NPZ_NAME]
+    assert sorted(p.name for p in memory_dir.iterdir()) == ["meds_memory.json", SHARD_JSON, SHARD_NPZ]
     assert resolve_resume_checkpoint("true", run) == str(run / "checkpoint-2")
 
 
@@ -326,7 +328,7 @@ def _resume_true_and_stop(trainer, monkeypatch):
     return loaded[0]
 
 
-@pytest.mark.parametrize("lost", [MEMORY_NPZ_NAME, "meds_memory.json", "the whole folder"])
+@pytest.mark.parametrize("lost", [SHARD_NPZ, SHARD_JSON, "meds_memory.json", "the whole folder"])
 def test_meds_train_resume_true_skips_a_checkpoint_whose_memory_was_lost(tmp_path, monkeypatch, caplog, lost):
     import shutil
 
@@ -352,10 +354,10 @@ def test_meds_train_resume_true_with_no_intact_memory_names_the_folder_and_the_f
     trainer = _meds_trainer(tmp_path / "run")
     _grow_memory(trainer, 1)
     _save(trainer, 1)
-    (tmp_path / "run" / "checkpoint-1" / MEMORY_DIRNAME / MEMORY_NPZ_NAME).unlink()
+    (tmp_path / "run" / "checkpoint-1" / MEMORY_DIRNAME / SHARD_NPZ).unlink()
     resumed = _meds_trainer(tmp_path / "run")
     with pytest.raises(ValueError, match=r"no complete checkpoint-N folder \(one with trainer_state.json, "
-                       r"meds_memory/meds_memory.json, meds_memory/meds_memory.npz\).*--resume_from_checkpoint PATH"):
+                       r"meds_memory/meds_memory.json\).*--resume_from_checkpoint PATH"):
         resumed.train(resume_from_checkpoint=True)
 
 
@@ -364,7 +366,7 @@ def test_meds_train_resume_true_with_an_empty_memory_allowed_takes_the_newest(tm
     _grow_memory(trainer, 1)
     _save(trainer, 1)
     _save(trainer, 2)
-    (tmp_path / "run" / "checkpoint-2" / MEMORY_DIRNAME / MEMORY_NPZ_NAME).unlink()
+    (tmp_path / "run" / "checkpoint-2" / MEMORY_DIRNAME / SHARD_NPZ).unlink()
     allowed = _meds_trainer(tmp_path / "run", save_total_limit=2, meds_allow_empty_memory_on_resume=True)
     assert _resume_true_and_stop(allowed, monkeypatch) == str(tmp_path / "run" / "checkpoint-2")
     assert allowed.meds_memory.num_rows == 0

@@ -140,11 +140,32 @@ def read_json_file(path: str | os.PathLike, fix: str) -> Any:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def files_required_by(manifest: str | os.PathLike) -> list[str]:
+    """The file names a method-state manifest lists under ``"requires"`` (relative to its folder), e.g. the shard
+    files of ``meds_memory/meds_memory.json``; empty when it lists none or cannot be read (its loader then names
+    the problem)."""
+    try:
+        value = json.loads(Path(manifest).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    required = value.get("requires") if isinstance(value, dict) else None
+    if not isinstance(required, list):
+        return []
+    return [name for name in required if isinstance(name, str)]
+
+
 def missing_checkpoint_files(folder: str | os.PathLike, method_files: Sequence[str] = ()) -> list[str]:
-    """Which of TRL's ``trainer_state.json`` and ``method_files`` (paths relative to ``folder``: a trainer's method
-    state, e.g. ``meds_memory/meds_memory.npz``) ``folder`` lacks; empty when it is a complete checkpoint."""
+    """Which of TRL's ``trainer_state.json``, ``method_files`` (paths relative to ``folder``: a trainer's method
+    state, e.g. ``meds_memory/meds_memory.json``) and the files a JSON method file lists under ``"requires"``
+    (:func:`files_required_by`) ``folder`` lacks; empty when it is a complete checkpoint."""
     folder = Path(folder)
-    return [name for name in (TRAINER_STATE_NAME, *method_files) if not (folder / name).is_file()]
+    missing = [name for name in (TRAINER_STATE_NAME, *method_files) if not (folder / name).is_file()]
+    for name in method_files:
+        if name.endswith(".json") and name not in missing:
+            parent = Path(name).parent
+            listed = [(parent / required).as_posix() for required in files_required_by(folder / name)]
+            missing += [required for required in listed if not (folder / required).is_file()]
+    return missing
 
 
 def is_complete_checkpoint(folder: str | os.PathLike, method_files: Sequence[str] = ()) -> bool:

@@ -644,6 +644,7 @@ def _clusters_of(memory, key) -> list[_Cluster]:
     labels = memory.stored_labels(key)
     features = memory.stored_features(key)
     snippets = memory.stored_snippets(key)
+    row_steps = [None if step < 0 else int(step) for step in memory.stored_steps(key).tolist()]
     clusters = []
     for label in sorted(set(labels.tolist())):
         rows = np.flatnonzero(labels == label)
@@ -658,7 +659,7 @@ def _clusters_of(memory, key) -> list[_Cluster]:
                 label=int(label),
                 is_correct=bool(key[1]),
                 rows=rows.tolist(),
-                steps=[snippets[i].step if snippets[i] is not None else None for i in rows],
+                steps=[row_steps[i] for i in rows],
                 representatives=representatives,
             )
         )

@@ -6,10 +6,12 @@
 1. Fixed batches (gold toy solutions and wrong variants of them, three steps of 12 completions in
    groups of 4, so some groups straddle the two ranks) go through ``MEDSGRPOTrainer._meds_shape``, each
    rank holding its contiguous slice as TRL's sampler gives it. Every rank writes the global cluster
-   sizes, penalties, memory fingerprint and stored features; the test runs the same functions in its
-   own single process as the reference.
-2. With ``--train``: two real ``trainer.train()`` steps with groups split across ranks; each rank
-   writes the fingerprint of its memory, which must be identical on all ranks.
+   sizes, penalties and memory fingerprint, and the (sharded) memory is saved to ``memory_fixed/``; the test
+   runs the same functions in its own single process as the reference and reads the saved memory.
+2. With ``--train``: two real ``trainer.train()`` steps with groups split across ranks, a checkpoint at each
+   step (``save_total_limit=1``); each rank writes the fingerprint of the whole memory.
+3. With ``--resume_from CHECKPOINT``: the memory of a checkpoint (written by any number of processes) is loaded
+   through the trainer's resume hook, then the fixed batches run again; every rank writes the sizes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import sys
 from pathlib import Path
 
 import torch
@@ -56,7 +59,7 @@ def fixed_steps(dataset, tokenizer):
     return steps
 
 
-def build_trainer(policy: str, output_dir: Path, world_size: int) -> MEDSGRPOTrainer:
+def build_trainer(policy: str, output_dir: Path, world_size: int, save_steps: int | None = None) -> MEDSGRPOTrainer:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hf_meds_cliff.toy import make_toy_dataset
@@ -77,7 +80,9 @@ def build_trainer(policy: str, output_dir: Path, world_size: int) -> MEDSGRPOTra
         beta=0.0,
         logging_steps=1,
         report_to="none",
-        save_strategy="no",
+        save_strategy="no" if save_steps is None else "steps",
+        save_steps=save_steps or 500,
+        save_total_limit=1,
         disable_tqdm=True,
         # The --train phase scores real rollouts with the plain exact reward, and groups straddle the ranks (no
         # per-rank mixing is possible): memorise every featured row, so the memory grows whatever the policy solves
@@ -93,7 +98,7 @@ def build_trainer(policy: str, output_dir: Path, world_size: int) -> MEDSGRPOTra
     )
 
 
-def run_fixed_batches(trainer: MEDSGRPOTrainer) -> dict:
+def run_fixed_batches(trainer: MEDSGRPOTrainer, save_to: Path | None = None) -> dict:
     """Push the fixed steps through ``_meds_shape``, this rank holding its slice; global results."""
     tokenizer, dataset = trainer.processing_class, trainer.train_dataset
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
@@ -122,18 +127,26 @@ def run_fixed_batches(trainer: MEDSGRPOTrainer) -> dict:
         cluster_sizes.append(trainer.meds_last_cluster_sizes.tolist())
         penalties.append(step_penalties.tolist())
     memory = trainer.meds_memory
+    if save_to is not None:
+        memory.save(save_to)  # a collective when sharded: every rank writes its shard
     return {
         "world_size": world,
         "cluster_sizes": cluster_sizes,
         "penalties": penalties,
-        "fingerprint_fixed": memory.fingerprint(),
+        "fingerprint_fixed": memory.fingerprint(),  # of the whole memory (a collective when sharded)
         "fixed_memory_rows": memory.num_rows,
-        "stored_features": [memory.stored_features(key).tolist() for key in sorted(memory.keys(), key=str)],
+    }
+
+
+def memory_contents(memory) -> dict:
+    """Stored features, snippets and notes of every key of a whole (unsharded) memory, keys sorted."""
+    keys = sorted(memory.keys(), key=str)
+    return {
+        "stored_features": [memory.stored_features(key).tolist() for key in keys],
         "snippets": [
-            [None if s is None else [s.text, s.step, s.sample] for s in memory.stored_snippets(key)]
-            for key in sorted(memory.keys(), key=str)
+            [None if s is None else [s.text, s.step, s.sample] for s in memory.stored_snippets(key)] for key in keys
         ],
-        "notes": [memory.note(key) for key in sorted(memory.keys(), key=str)],
+        "notes": [memory.note(key) for key in keys],
     }
 
 
@@ -142,19 +155,38 @@ def main() -> None:
     parser.add_argument("--policy", required=True)
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--train", action="store_true")
+    parser.add_argument("--resume_from", default=None)
     cli = parser.parse_args()
 
     output_dir = Path(cli.output_dir)
-    trainer = build_trainer(cli.policy, output_dir, int(os.environ.get("WORLD_SIZE", "1")))
-    result = run_fixed_batches(trainer)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    trainer = build_trainer(cli.policy, output_dir, world_size, save_steps=1 if cli.train else None)
+    if cli.resume_from:
+        trainer.create_optimizer_and_scheduler(num_training_steps=1)  # what train() does before it loads them
+        trainer._load_optimizer_and_scheduler(cli.resume_from)  # the trainer's resume hook: memory re-sharded
+        result = {"resumed_rows": trainer.meds_memory.num_rows, "resumed_fingerprint": trainer.meds_memory.fingerprint()}
+        result.update(run_fixed_batches(trainer))
+    else:
+        result = run_fixed_batches(trainer, save_to=output_dir / "memory_fixed")
     if cli.train:
         trainer.train()
         result["fingerprint_train"] = trainer.meds_memory.fingerprint()
         result["train_memory_rows"] = trainer.meds_memory.num_rows
+        result["local_train_rows"] = getattr(trainer.meds_memory, "local", trainer.meds_memory).num_rows
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / f"rank{trainer.accelerator.process_index}.json").write_text(json.dumps(result))
     trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
+    exit_without_teardown()
+
+
+def exit_without_teardown() -> None:
+    """Leave without destroying the gloo process group: its destructor joins gloo's worker thread while holding the
+    GIL, and that thread can be waiting for the GIL (gdb: ``ProcessGroupGloo::~ProcessGroupGloo`` in
+    ``std::thread::join``, ``pt_gloo_runloop`` in ``take_gil``); 2 of about 10 runs hung there, after every result
+    was written. Nothing is left to do at this point."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

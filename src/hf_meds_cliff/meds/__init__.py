@@ -1,6 +1,7 @@
 """MEDS: memory-enhanced dynamic reward shaping (spec: ``shared/spec/meds.md``).
 
-Modules: ``memory`` (per-prompt error memory, k-NN assignment, HDBSCAN refits), ``answer_memory`` (the
+Modules: ``memory`` (per-prompt error memory, k-NN assignment, HDBSCAN refits), ``memory_shard`` (the memory
+split by key over the processes of a distributed run), ``answer_memory`` (the
 answer-oracle ablation's memory), ``shaping``
 (reward shaping and the top-1 eigen-ratio diagnostic), ``features`` (hook-captured layer logits),
 ``config`` and ``trainer`` (``MEDSConfig``, ``MEDSGRPOTrainer``).
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 _LAZY_ATTRIBUTES = {
     "AnswerMemory": "hf_meds_cliff.meds.answer_memory",
     "ErrorMemory": "hf_meds_cliff.meds.memory",
+    "ShardedErrorMemory": "hf_meds_cliff.meds.memory_shard",
     "hdbscan_labels": "hf_meds_cliff.meds.memory",
     "shape_rewards": "hf_meds_cliff.meds.shaping",
     "penalties": "hf_meds_cliff.meds.shaping",
@@ -35,6 +37,7 @@ __all__ = [
     "ErrorMemory",
     "MEDSConfig",
     "MEDSGRPOTrainer",
+    "ShardedErrorMemory",
     "hdbscan_labels",
     "penalties",
     "shape_rewards",
@@ -45,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .answer_memory import AnswerMemory
     from .config import MEDSConfig
     from .memory import ErrorMemory, hdbscan_labels
+    from .memory_shard import ShardedErrorMemory
     from .shaping import PENALTY_TARGETS, penalties, shape_rewards, top1_eigen_ratio
     from .trainer import MEDSGRPOTrainer
 

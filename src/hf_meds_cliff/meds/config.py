@@ -81,9 +81,9 @@ class MEDSConfig(DAPOConfig):
         meds_allow_empty_memory_on_resume (`bool`, defaults to `False`): Resume from a checkpoint without a valid
             memory by starting from an empty one (otherwise that is an error naming the checkpoint).
         meds_store_snippets (`bool`, defaults to `True`), meds_snippet_max_chars (`int`, defaults to `256`):
-            Keep, per stored memory row, the answer region of its completion (at most this many characters)
-            with its step and sample, so reports can show what a cluster's completions said; saved with the
-            memory.
+            Keep the answer region of stored completions (at most this many characters) with its step and sample,
+            so reports can show what a cluster's completions said; saved with the memory. At most 78 per prompt and
+            correctness: above that, those nearest the centres of its 12 largest clusters and 3 of its noise.
     """
 
     meds_alpha: float = field(
@@ -251,10 +251,9 @@ class MEDSConfig(DAPOConfig):
     meds_store_snippets: bool = field(
         default=True,
         metadata={
-            "help": "Keep, per stored memory row, a bounded snippet of its completion (the answer region, "
-            "with its "
-            "step and sample) for `hf-meds-cliff report`; saved with the memory. Costs about "
-            "meds_snippet_max_chars bytes per row."
+            "help": "Keep snippets of the stored completions (the answer region, with its step and sample) for "
+            "`hf-meds-cliff report`; saved with the memory. Each prompt and correctness keeps at most 78: above "
+            "that, the 3 nearest the centre of each of its 12 largest clusters and 3 of its noise."
         },
     )
     meds_snippet_max_chars: int = field(

@@ -51,11 +51,11 @@ from .preflight import (
 from .idle import NO_EFFECT_BATCHES, idle_warning, meds_idle, meds_without_effect, no_effect_warning
 from .memory import (
     MEMORY_JSON_NAME,
-    MEMORY_NPZ_NAME,
     ErrorMemory,
     RowSnippet,
     answer_region,
 )
+from .memory_shard import ShardedErrorMemory, build_error_memory, load_error_memory
 from .shaping import shape_rewards, top1_eigen_ratio, uniform_correctness_rows
 
 logger = logging.getLogger(__name__)
@@ -138,8 +138,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
       completions masked by ``mask_truncated_completions``, whose completion tokens TRL masks out.)
     * ``_calculate_rewards``: computes the features (own no-grad forward of the decoder body over
       prompt + completion truncated at the answer position, unless captured above), gathers them with
-      the prompt keys across processes, updates the memory identically on every rank, and fills the
-      ``meds_penalty`` column; logs ``meds/*`` metrics. Eval batches are not shaped.
+      the prompt keys across processes, updates the memory (on several processes a
+      :class:`~hf_meds_cliff.meds.memory_shard.ShardedErrorMemory`: each rank fits the prompts it owns and the sizes
+      are gathered back), and fills the ``meds_penalty`` column; logs ``meds/*`` metrics. Eval batches are not
+      shaped.
     * ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: save the memory into each checkpoint
       (``checkpoint-N/meds_memory``, before TRL's own files, so a checkpoint with ``trainer_state.json`` always
       has it) and restore it on resume; a checkpoint without a valid memory is an error unless
@@ -245,7 +247,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
                 "normalises the shaped reward r - p, which is 'sum_then_normalize', the default)."
             )
 
-        self.meds_memory = ErrorMemory(
+        # One process: an ErrorMemory; several: a ShardedErrorMemory, each rank holding the keys it owns.
+        self.meds_memory = build_error_memory(
+            self.accelerator.num_processes,
+            self.accelerator.process_index,
             min_cluster_size=args.meds_min_cluster_size,
             min_samples=args.meds_min_samples,
             knn_k=args.meds_knn_k,
@@ -545,7 +550,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         missing: dict[tuple[str, bool], str] = {}
         for j, (key, prompt) in enumerate(zip(keys_local, prompts)):
             memory_key = (key, bool(is_correct[offset + j]))
-            if scored[offset + j] and memory_key not in missing and self.meds_memory.note(memory_key) is None:
+            if scored[offset + j] and memory_key not in missing and not self.meds_memory.has_note(memory_key):
                 text = problem_text(prompt)
                 missing[memory_key] = text if len(text) <= 1000 else text[:1000] + "…"
         for memory_key, text in gather_object(list(missing.items())):
@@ -619,7 +624,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             self._meds_no_effect_warned = True
             penalties = rewards_per_func[:, self._meds_penalty_index]
             wrong_keys = [key for key in self.meds_memory.keys() if isinstance(key, tuple) and key[-1] is False]
-            wrong_rows = sum(len(self.meds_memory.stored_labels(key)) for key in wrong_keys)
+            wrong_rows = sum(self.meds_memory.num_stored_rows(key) for key in wrong_keys)
             logger.warning(
                 no_effect_warning(
                     self.state.global_step + 1,
@@ -644,7 +649,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         keys_local = self._meds_prompt_keys(inputs, prompts)
 
         # Groups may be split across processes: every rank sees the whole gathered batch, in the same order
-        # as the gathered rewards, and updates its own memory with it (so all memories stay identical).
+        # as the gathered rewards, and passes it to the memory (sharded: each rank fits the prompts it owns).
         features = gather(features_local.to(device)).float().cpu()
         has_feature = gather(has_local.to(device)).bool().cpu()
         rule_codes = gather(self._meds_local_rule_codes.to(device)).cpu()
@@ -764,9 +769,9 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         NaN when no prompt has 2."""
         shares = []
         for key in dict.fromkeys(wrong_keys):
-            labels = self.meds_memory.stored_labels((key, False))
-            if len(labels) >= 2:
-                shares.append(cluster_concentration(labels.tolist()))
+            counts = self.meds_memory.label_counts((key, False))  # every key of the step, also when sharded
+            if sum(counts.values()) >= 2:
+                shares.append(cluster_concentration([label for label, n in counts.items() for _ in range(n)]))
         return sum(shares) / len(shares) if shares else math.nan
 
     def _meds_log_idle(self, uniform: torch.Tensor, shaped_rows: torch.Tensor) -> None:
@@ -843,17 +848,18 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         # complete-looking checkpoint without its memory, nor deletes the previous one before this one is whole.
         # (``_save_rng_state``/``_save_optimizer_and_scheduler`` would also run before trainer_state.json, but
         # are skipped with ``save_only_model``.)
-        if self.args.meds_save_memory and self.args.should_save:
+        if self.args.meds_save_memory and (self.args.should_save or self.accelerator.num_processes > 1):
+            # sharded (several processes): every rank writes its shard, rank 0 the manifest (a collective)
             self.meds_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
-            if self.meds_answer_memory is not None:
-                self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
+        if self.args.meds_save_memory and self.args.should_save and self.meds_answer_memory is not None:
+            self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
         super()._save_checkpoint(model, trial)
 
     def _resume_method_files(self) -> tuple[str, ...]:
         # resume_from_checkpoint=True skips a checkpoint whose memory files are gone (unless an empty memory is allowed)
         if not self.args.meds_save_memory or self.args.meds_allow_empty_memory_on_resume:
             return ()
-        names = (MEMORY_JSON_NAME, MEMORY_NPZ_NAME)
+        names = (MEMORY_JSON_NAME,)  # the manifest; the shard files it lists under "requires" are checked too
         names += (ANSWER_MEMORY_JSON_NAME,) if self.meds_answer_memory is not None else ()
         return tuple(f"{MEMORY_DIRNAME}/{name}" for name in names)
 
@@ -863,7 +869,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             return
         path = os.path.join(checkpoint, MEMORY_DIRNAME)
         try:
-            memory = ErrorMemory.load(path)
+            memory = load_error_memory(path, self.accelerator.num_processes, self.accelerator.process_index)
             self._meds_check_restored_memory(memory, path)
             answer_memory = AnswerMemory.load(path) if self.meds_answer_memory is not None else None
         except (OSError, ValueError) as error:  # missing, unreadable, truncated or mismatched files
@@ -887,7 +893,7 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             "Restored the MEDS error memory from %s (%d rows, %d keys)", path, memory.num_rows, len(memory)
         )
 
-    def _meds_check_restored_memory(self, memory: ErrorMemory, path: str) -> None:
+    def _meds_check_restored_memory(self, memory: ErrorMemory | ShardedErrorMemory, path: str) -> None:
         """Reject a memory whose feature width this run cannot produce; warn when its settings differ."""
         width = len(self._meds_layer_indices) - int(self.args.meds_use_layer_diff)
         if memory.dim is not None and memory.dim != width:

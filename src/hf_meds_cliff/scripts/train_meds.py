@@ -80,9 +80,9 @@ def parse_args(argv: Sequence[str] | None = None):
 
 def main(script_args, training_args, model_args):
     trainer = run_training(MEDSGRPOTrainer, script_args, training_args, model_args)
+    output_dir = Path(training_args.output_dir)
+    trainer.meds_memory.save(output_dir / MEMORY_DIRNAME)  # on every process: each writes its shard when sharded
     if trainer.accelerator.is_main_process:
-        output_dir = Path(training_args.output_dir)
-        trainer.meds_memory.save(output_dir / MEMORY_DIRNAME)
         plot = plot_meds_metrics(trainer.state.log_history, output_dir / "meds_metrics.png")
         trainer.accelerator.print(
             f"Model, tokenizer, metrics.jsonl, {MEMORY_DIRNAME}/ and "
