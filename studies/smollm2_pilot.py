@@ -134,7 +134,7 @@ def screen(design: Design, problems: int, samples: int, max_new_tokens: int, thr
     from hf_meds_cliff.toy.checker import first_mistake_index
 
     torch.set_num_threads(threads)
-    started = study_common.utc_now()
+    started, origin = study_common.utc_now(), provenance()  # the code that runs, recorded before it runs
     model = str(smollm2_135m())
     backend = TransformersBackend(model, device="cpu", dtype="float32", batch_size=64)
     tokenizer = backend.tokenizer
@@ -178,7 +178,7 @@ def screen(design: Design, problems: int, samples: int, max_new_tokens: int, thr
         "started": started,
         "finished": study_common.utc_now(),
         "problems": per_problem,
-        **provenance(),
+        **origin,
     }
 
 
@@ -227,6 +227,7 @@ def train(arm: str, design: Design, pool_size: int, steps: int, num_generations:
     from hf_meds_cliff.real_models import smollm2_135m
 
     torch.set_num_threads(threads)
+    origin = provenance()  # the code that runs, recorded before it runs
     rows = pool(design.name, pool_size)
     policy = str(smollm2_135m())
     tokenizer = AutoTokenizer.from_pretrained(policy)
@@ -273,7 +274,7 @@ def train(arm: str, design: Design, pool_size: int, steps: int, num_generations:
         "started": started,
         "finished": study_common.utc_now(),
         "history": [json.loads(json.dumps(r, default=str)) for r in trainer.state.log_history],
-        **provenance(),
+        **origin,
     }
     if arm == "meds_ds":
         record["meds_totals"] = dict(trainer.meds_totals)

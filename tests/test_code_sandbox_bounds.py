@@ -439,12 +439,24 @@ TREE_SETUPS = [
 ]
 
 
+@pytest.fixture
+def tree_path(tmp_path):
+    """``tmp_path``, emptied without recursion whatever the test did: a tree 1,500 levels deep left in pytest's
+    base folder would make pytest's own cleanup (``shutil.rmtree``) raise ``RecursionError`` in later sessions."""
+    from hf_meds_cliff.code import _removal
+
+    yield tmp_path
+    for entry in list(tmp_path.iterdir()):
+        _removal.remove_tree(entry)
+
+
 @pytest.mark.parametrize("setup", TREE_SETUPS)
-def test_a_hostile_tree_is_removed_and_never_raises(setup, monkeypatch, tmp_path):
+def test_a_hostile_tree_is_removed_and_never_raises(setup, monkeypatch, tree_path):
     """A correct program leaves a tree 1,500 levels deep, names with a newline and bytes that are not UTF-8, a
     folder of mode 000 and a read-only one: the test passes, the caller (``run_tests`` and the reward) never
     raises, and nothing is left on disk (before: ``RecursionError`` from ``shutil.rmtree``, a ``sandbox_error``
     under isolation, an exception out of ``run_tests`` in limits-only mode)."""
+    tmp_path = tree_path
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     limits = make_limits(setup, monkeypatch)
     tests = [{"input": "", "output": "5"}]
@@ -522,7 +534,7 @@ def test_cgroups_setting_is_checked_and_required_refuses_the_fallback(monkeypatc
     assert forbidden.passed and forbidden.memory_bound in ("per_program_watchdog", "per_process_rlimit")
 
 
-def test_the_removal_never_recurses_never_raises_and_counts_what_remains(tmp_path, monkeypatch):
+def test_the_removal_never_recurses_never_raises_and_counts_what_remains(tree_path, monkeypatch):
     """The removal alone: 1,500 levels, a folder of mode 000, a name that is not UTF-8; then one entry whose
     removal fails: counted, not raised. In memory (/dev/shm) where the machine has it: on a disk the tree takes
     seconds to write."""
@@ -530,6 +542,7 @@ def test_the_removal_never_recurses_never_raises_and_counts_what_remains(tmp_pat
 
     from hf_meds_cliff.code import _removal
 
+    tmp_path = tree_path
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         tmp_path = Path(tempfile.mkdtemp(prefix="hf-meds-cliff-removal-", dir="/dev/shm"))
     top = tmp_path / "tree"
