@@ -169,14 +169,14 @@ def _median_time(function, text: str, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _sentences_before_issue39():
-    """``tests/_sentences_before_issue39.py`` (Cliff's sentence splitter before issue 39), if present."""
+def _sentences_quadratic():
+    """``tests/_sentences_quadratic.py`` (Cliff's sentence splitter before issue 39), if present."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "tests" / "_sentences_before_issue39.py"
+    path = Path(__file__).resolve().parents[1] / "tests" / "_sentences_quadratic.py"
     if not path.exists():
         return None
-    spec = importlib.util.spec_from_file_location("sentences_before_issue39", path)
+    spec = importlib.util.spec_from_file_location("sentences_quadratic", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -203,7 +203,7 @@ def measure_extraction(size: int, repeats: int, old_size: int, old_size_units: i
     old_extract_program(old_text)
     old_s = time.process_time() - start
     worst = {name: max(row[f"{name}_s"] for row in rows) for name in functions}
-    before = _sentences_before_issue39()
+    before = _sentences_quadratic()
     previous_units = []
     if before is not None:  # the splitter before issue 39, at a smaller size (it is quadratic on some shapes)
         for shape, text in completion_shapes(old_size_units).items():
