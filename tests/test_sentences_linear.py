@@ -1,4 +1,4 @@
-"""Cliff's sentence and code-unit splitting in linear time (issue 39): the same spans as the implementation
+"""Cliff's sentence and code-unit splitting in linear time: the same spans as the implementation
 before (kept in ``tests/_sentences_quadratic.py``) on random and adversarial texts small enough for it.
 Its cost on 50 KB adversarial texts is measured in ``benchmarks/bench_code_hostile_cost.py``, not timed here."""
 
