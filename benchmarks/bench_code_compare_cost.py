@@ -3,7 +3,7 @@
     python benchmarks/bench_code_compare_cost.py [--flood_mib 8] [--repeats 3]
 
 A stdin test whose expected output is ``5``; the program prints either ``5`` (the baseline) or ``--flood_mib`` MiB
-of ``1 1 1 ...`` on one line (issue 29: before the comparison was bounded, this cost the caller about 538 MiB of
+of ``1 1 1 ...`` on one line (before the comparison was bounded, this cost the caller about 538 MiB of
 peak memory and 1.5-2 s of CPU, under the GIL, per test). Each measurement runs in a fresh process, so that its
 peak resident memory is its own: printed are the caller's peak RSS growth during ``run_tests`` (MiB), the peak of
 Python allocations (``tracemalloc``, MiB, in runs of their own) and the caller's own CPU time (the sandbox's

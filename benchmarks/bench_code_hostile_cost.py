@@ -1,4 +1,4 @@
-"""What hostile output and hostile completions cost the caller (issue 39), against well-behaved ones in the same run.
+"""What hostile output and hostile completions cost the caller, against well-behaved ones in the same run.
 
     python benchmarks/bench_code_hostile_cost.py [--quick] [--repeats 3] [--output docs/code_sandbox_results/hostile_cost.json]
 
@@ -13,7 +13,7 @@ baseline) and the ratio to the baseline.
 (b) **Program extraction from a completion** (``extract_program``, in the trainer's thread), and the other parsers
 the trainer runs on a code completion (Cliff's ``split_code_units``, the boxed-answer extraction), on 50 KB
 adversarial completions of several shapes: the median CPU time of a call, against the target of 50 ms. The regular
-expression ``extract_program`` used before issue 39 is timed on one shape for comparison (``--quick``: at 10 KB).
+expression ``extract_program`` used before is timed on one shape for comparison (``--quick``: at 10 KB).
 
 Only the public API is used, so the same script measures any version of the package on ``PYTHONPATH``; the JSON
 records the machine, CPU flags, versions, the harness file's hash and the exact command.
@@ -128,7 +128,7 @@ _OLD_FENCE = re.compile(r"```[ \t]*(?P<language>[A-Za-z0-9_+#.-]*)[^\n`]*\n(?P<c
 
 
 def old_extract_program(completion: str):
-    """``extract_program`` before issue 39 (a regular expression that backtracks)."""
+    """The earlier ``extract_program`` (a regular expression that backtracks)."""
     program = None
     for match in _OLD_FENCE.finditer(completion):
         if match.group("language").lower() in {"", "python", "python3", "py", "py3"}:
@@ -169,14 +169,14 @@ def _median_time(function, text: str, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _sentences_before_issue39():
-    """``tests/_sentences_before_issue39.py`` (Cliff's sentence splitter before issue 39), if present."""
+def _sentences_quadratic():
+    """``tests/_sentences_quadratic.py`` (Cliff's earlier, quadratic sentence splitter), if present."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "tests" / "_sentences_before_issue39.py"
+    path = Path(__file__).resolve().parents[1] / "tests" / "_sentences_quadratic.py"
     if not path.exists():
         return None
-    spec = importlib.util.spec_from_file_location("sentences_before_issue39", path)
+    spec = importlib.util.spec_from_file_location("sentences_quadratic", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -203,9 +203,9 @@ def measure_extraction(size: int, repeats: int, old_size: int, old_size_units: i
     old_extract_program(old_text)
     old_s = time.process_time() - start
     worst = {name: max(row[f"{name}_s"] for row in rows) for name in functions}
-    before = _sentences_before_issue39()
+    before = _sentences_quadratic()
     previous_units = []
-    if before is not None:  # the splitter before issue 39, at a smaller size (it is quadratic on some shapes)
+    if before is not None:  # the earlier splitter, at a smaller size (it is quadratic on some shapes)
         for shape, text in completion_shapes(old_size_units).items():
             previous_units.append(
                 {
@@ -349,7 +349,7 @@ def main() -> None:
     old = extraction["previous_regular_expression"]
     for row in extraction["previous_split_code_units"]:
         print(
-            f"split_code_units before issue 39, {row['chars']} chars of {row['shape']!r}: "
+            f"split_code_units (earlier, quadratic), {row['chars']} chars of {row['shape']!r}: "
             f"{row['split_code_units_before_s']:.3f} s (now {1000 * row['split_code_units_now_s']:.2f} ms)"
         )
     print(

@@ -1,4 +1,4 @@
-"""What a second, identical scoring of a samples file costs, against the first (issue 42: verdicts kept and reused).
+"""What a second, identical scoring of a samples file costs, against the first (verdicts kept and reused).
 
     PYTHONPATH=src python benchmarks/bench_eval_resume.py [--quick] [--output docs/evaluation_results/bench_eval_resume.json]
 

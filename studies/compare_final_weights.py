@@ -1,4 +1,4 @@
-"""Compare the SmolLM2 study's final models pairwise, tensor by tensor (issue 41; reported beside, not tested).
+"""Compare the SmolLM2 study's final models pairwise, tensor by tensor (reported beside, not tested).
 
 The study's results show ``meds_ds`` and ``dapo_ds`` (and ``cliff_sim`` and ``cliff``) with sample-for-sample equal
 evaluations. This script says whether their final weights are equal too, and how far each arm moved from the base

@@ -1,5 +1,5 @@
-"""The learning study's design, fixed before its runs: the stage-1 regimes and rule (issue 22) and stage 3's arms,
-hypotheses and statistics (issue 28). ``learning_study.py`` runs it and ``learning_report.py`` reports it; both import
+"""The learning study's design, fixed before its runs: the stage-1 regimes and rule and stage 3's arms,
+hypotheses and statistics. ``learning_study.py`` runs it and ``learning_report.py`` reports it; both import
 this module and neither imports the other.
 """
 
@@ -141,7 +141,7 @@ def decide(results: Path, candidates) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# stage 3 (issue 28): the open questions of stage 2 as pre-registered ablations
+# stage 3: the open questions of stage 2 as pre-registered ablations
 # --------------------------------------------------------------------------------------------
 
 STAGE3_REGIME = "trap-lr1e-4-long"

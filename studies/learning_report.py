@@ -45,7 +45,7 @@ READING_START, READING_END = "<!-- reading:start -->", "<!-- reading:end -->"
 
 STAGE3_ERRATA = {
     "grpo_teacher_paper": (
-        "**Erratum (issue 41, written after the runs; the pre-registered text above is left as committed).** "
+        "**Erratum (written after the runs; the pre-registered text above is left as committed).** "
         "`grpo_teacher_paper` was not GRPO with Teacher as the paper describes it: it was GRPO by construction. "
         "`cliff_split_credit=False, cliff_recentre=False` gives every rollout the verifier's sequence advantage, so "
         "the teacher's output was thrown away, and a teacher that disagreed with the verifier would have been "
@@ -242,8 +242,8 @@ def stage3_rules_section() -> str:
     lines = [
         "## Stage 3: the open questions as pre-registered ablations (rules written before any run)",
         "",
-        "Issue 28's audit left five points open: MEDS shaped all-wrong groups (the reference recipe filters them "
-        "out), stage 2's \"GRPO with Teacher\" measured Cliff's re-centring b rather than a teacher, the DAPO arms "
+        "An audit of stages 1 and 2 left five points open: MEDS shaped all-wrong groups (the reference recipe "
+        "filters them out), stage 2's \"GRPO with Teacher\" measured Cliff's re-centring b rather than a teacher, the DAPO arms "
         "carried the overlong penalty and GRPO did not, the protocol had gaps, and MEDS's features may not track "
         "the answers. Stage 3 tests each as a separate arm, with these rules:",
         "",
@@ -273,7 +273,7 @@ def stage3_rules_section() -> str:
         "predicted sign; *reversed* when it is below with the other sign; otherwise *not shown* (which is not a "
         "claim of equality).",
         "- **MEDS's default:** the MEDS arms use `MEDSConfig`'s default on groups whose correctness has no variance "
-        "(issue 28: no shaping there, as in the reference, where such groups never reach the loss); the results "
+        "(no shaping there, as in the reference, where such groups never reach the loss); the results "
         "files record every `meds_*` field and the commit, so which code ran can be checked for every run.",
         "- **Failures:** a run that fails is rerun with the same seed; no arm or seed is dropped after the fact. An "
         "arm that cannot finish is reported as failed, with its error.",

@@ -1,9 +1,9 @@
-"""Learning study (issue 22): first a regime in which GRPO itself generalises, then the methods in it.
+"""Learning study: first a regime in which GRPO itself generalises, then the methods in it.
 
     python studies/learning_study.py --stage 1                  # GRPO in every pre-registered candidate, 5 seeds
     python studies/learning_study.py --decide                   # apply the stage-1 rule (writes stage1_decision.json)
     python studies/learning_study.py --stage 2                  # the methods in the chosen regime, 8 seeds
-    python studies/learning_study.py --stage 3                  # issue 28's pre-registered arms, seeds 100-107
+    python studies/learning_study.py --stage 3                  # the pre-registered arms, seeds 100-107
     python studies/learning_study.py --stage 3 --arms meds cliff_b0 --seeds 100 101   # a part of stage 3
     python studies/learning_study.py --report docs/learning_study.md   # tables and plots from the results files
     python studies/learning_study.py --quick --output_dir DIR   # a few steps of everything (a smoke run)
@@ -23,7 +23,7 @@ Among the passing candidates the one with the largest mean pass@1 gain is chosen
 fewer training steps. If none passes, the study stops at stage 1 and says so with the numbers; the rule is not
 loosened afterwards.
 
-Stage 3 (issue 28; its arms, hypotheses and statistics are in ``learning_design.py`` and were committed before any
+Stage 3 (its arms, hypotheses and statistics are in ``learning_design.py`` and were committed before any
 run) trains every arm of ``STAGE3_ARMS`` in the chosen regime with fresh seeds, evaluates each run on a fresh test set
 and on the validation set (stage 1 and 2's held-out problems), and saves each problem's correct count, the commit and
 the time in ``stage3-<arm>-seed<k>.json``.
@@ -240,7 +240,7 @@ def method_config(
         max_completion_length=regime.max_completion_length, warmup_steps=min(2, regime.steps),
         lr_scheduler_type=regime.lr_scheduler_type,
     )  # fmt: skip
-    # Stages 1-2 (no arm) ran before issue 28 changed MEDS's default on zero-variance groups; stage 3 runs the default.
+    # Stages 1-2 (no arm) ran before MEDS's default changed on zero-variance groups; stage 3 runs the default.
     legacy = study_common.MEDS_BEFORE_ISSUE_28 if stage < 3 else None
     return study_common.method_config(method, shared, meds_extra=legacy, extra=extra)
 

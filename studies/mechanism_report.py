@@ -349,7 +349,7 @@ python studies/mechanism_study.py --report docs/mechanism_study.md
   penalty; no dynamic sampling, so that every method draws the same rollouts per step); `meds` (DAPO + MEDS α 0.1, β 0.2, the paper's);
   `meds_strong` (DAPO + MEDS α 0.2, β 1.0); `cliff` (GRPO settings, exact rule teacher, λ 0); `grpo_teacher` (the
   Cliff paper's ablation: same teacher, every token of an incorrect rollout gets the same advantage).
-  *Erratum (issue 41): `grpo_teacher` is not the paper's ablation. With `cliff_split_credit=False` the teacher's
+  *Erratum: `grpo_teacher` is not the paper's ablation. With `cliff_split_credit=False` the teacher's
   output is not used (the verifier decides right or wrong), so it is GRPO minus the group's token mean b; the paper's
   GRPO with Teacher, where the teacher's verdict decides, is `cliff_outcome="teacher"`.*
 - **Choices**: the learning rate, trap rate, pool size and MEDS' stronger setting were fixed before any run (see

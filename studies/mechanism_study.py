@@ -26,7 +26,7 @@ Methods, all with the same steps, prompts per step, rollouts per prompt, learnin
 - ``cliff``: Cliff on the GRPO settings, exact rule teacher, lambda 0.
 - ``grpo_teacher``: meant as the Cliff paper's "GRPO with Teacher" ablation: the same teacher protocol and group
   baseline, but every token of an incorrect rollout gets the same advantage (``cliff_split_credit=False``). Erratum
-  (issue 41): that ignores the teacher's output (GRPO minus the group's token mean b); the paper's ablation is
+ : that ignores the teacher's output (GRPO minus the group's token mean b); the paper's ablation is
   ``CliffConfig(cliff_outcome="teacher")``.
 
 Each run writes ``<output_dir>/runs/<method>-seed<seed>.json`` as soon as it ends (a ``seed`` field included), so an
@@ -153,7 +153,7 @@ def method_config(method: str, settings: StudySettings, seed: int, output_dir: s
         max_completion_length=settings.max_completion_length,
         warmup_steps=min(2, settings.steps),
     )
-    # docs/mechanism_study.md was measured when MEDS shaped zero-variance groups (before issue 28): keep that.
+    # docs/mechanism_study.md was measured when MEDS shaped zero-variance groups (the old default): keep that.
     return study_common.method_config(method, shared, meds_extra=study_common.MEDS_BEFORE_ISSUE_28)
 
 

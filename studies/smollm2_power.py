@@ -1,4 +1,4 @@
-"""Power analysis and compute budget of the pre-registered SmolLM2 study (issue 41), from committed data only.
+"""Power analysis and compute budget of the pre-registered SmolLM2 study, from committed data only.
 
     python studies/smollm2_power.py --output docs/real_model_results/power.json
 

@@ -1,4 +1,4 @@
-"""The learning probe on a real pretrained model (issue 30): does GRPO raise SmolLM2-135M-Instruct's held-out pass@1
+"""The learning probe on a real pretrained model: does GRPO raise SmolLM2-135M-Instruct's held-out pass@1
 on the real-model world within a CPU budget?
 
     python studies/smollm2_probe.py                      # the pre-registered probe (docs/real_model.md)

@@ -1,4 +1,4 @@
-"""The pre-registered SmolLM2 study (issue 41; rules in ``docs/real_model_study.md``, committed before any run).
+"""The pre-registered SmolLM2 study (rules in ``docs/real_model_study.md``, committed before any run).
 
     python studies/smollm2_study.py --run                         # everything, seed-major, resumable
     python studies/smollm2_study.py --run --seeds 1               # one seed (two processes can split the seeds)

@@ -1,4 +1,4 @@
-"""Issue 25: ``hf-meds-cliff`` errors are one line (plus usage for a usage error) with exit status 2/1/130 and no
+"""``hf-meds-cliff`` errors are one line (plus usage for a usage error) with exit status 2/1/130 and no
 traceback; the report survives a damaged run folder and says what it skipped; a failed eval does not block its
 folder; run text cannot reverse or widen the page; huge values draw no NaN."""
 

@@ -275,7 +275,7 @@ def test_first_mistake_positions_bad_input(bpe_tokenizer):
 
 
 def test_without_recentring_the_values_are_the_uncentred_ones():
-    # issue 28's ablation (b = 0): the un-centred u of the module's group table, unchanged, for every lam
+    # the ablation with b = 0: the un-centred u of the module's group table, unchanged, for every lam
     uncentred = {
         0.0: [[2, 2, 0, 0], [0, -1, -1, -1], [-1, -1, -1, 0]],
         0.5: [[2, 2, 0, 0], [1, -1, -1, -1], [-1, -1, -1, 0]],

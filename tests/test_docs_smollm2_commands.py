@@ -1,6 +1,6 @@
 """The SmolLM2 commands of ``docs/real_model.md`` train with the real-model tests' own settings (read, not run).
 
-Before issue 43 they left out ``--logging_steps 1`` (one logged point for a 2-step run) and ``--save_strategy no``
+Earlier they left out ``--logging_steps 1`` (one logged point for a 2-step run) and ``--save_strategy no``
 (each run also wrote a checkpoint of the weights and Adam's moments); the tests had both.
 """
 

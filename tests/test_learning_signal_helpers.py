@@ -1,4 +1,4 @@
-"""The test helpers that give the trainer tests learning signal by construction (issue 18), by hand."""
+"""The test helpers that give the trainer tests learning signal by construction, by hand."""
 
 import pytest
 from helpers import MixedGroupsReward, UniformThenMixedRounds

@@ -1,4 +1,4 @@
-"""The learning study (issue 22): the pre-registered stage-1 rule on hand-made results, the results format, and
+"""The learning study: the pre-registered stage-1 rule on hand-made results, the results format, and
 the quick mode end to end (stage 1, decision, stage 2, report)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The answer-oracle ablation of MEDS (``meds_cluster_by="answer"``, issue 28): ``AnswerMemory`` against hand-counted
+"""The answer-oracle ablation of MEDS (``meds_cluster_by="answer"``): ``AnswerMemory`` against hand-counted
 cluster sizes, its checkpoint round trip, and the trainer using its sizes instead of the feature memory's."""
 
 from __future__ import annotations

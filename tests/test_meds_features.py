@@ -307,7 +307,7 @@ def test_features_are_unit_norm_and_handle_zero_rows():
 
 
 def test_single_use_autocast_context_spans_all_chunks():
-    """accelerate's autocast() is a generator context: entering it once per chunk crashed (issue 14)."""
+    """accelerate's autocast() is a generator context: entering it once per chunk crashed."""
     import contextlib
 
     model = _tiny_model("qwen3")

@@ -1,4 +1,4 @@
-"""MEDS says when it is idle (issue 41): most groups uniform and nothing replaces or shapes them; and when it runs
+"""MEDS says when it is idle: most groups uniform and nothing replaces or shapes them; and when it runs
 but changes no update (the SmolLM2 study's `meds_ds` arm: dynamic sampling on, no group differentiated).
 
 Hand-computed cases of the pure functions, the report's explanation of an empty memory and its one-point charts,

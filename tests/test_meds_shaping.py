@@ -106,7 +106,7 @@ def test_top1_eigen_ratio_hand_values():
 
 
 # ---------------------------------------------------------------------------------------------
-# Groups whose correctness has no variance (issue 28): not shaped by default, as in the reference
+# Groups whose correctness has no variance: not shaped by default, as in the reference
 # ---------------------------------------------------------------------------------------------
 
 

@@ -247,7 +247,7 @@ def solves_nothing(completions, **kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize("verdict", [solves_everything, solves_nothing])
 def test_trainer_set_up_has_signal_whatever_the_policy_solves(toy_policy_path, tmp_path, verdict):
-    """The guard of issue 18: the set-up above gives learning signal even where the policy's groups are all right or
+    """The guard: the set-up above gives learning signal even where the policy's groups are all right or
     all wrong (a warm-up that stopped much later or earlier than this machine's): the dr_grpo run's checks hold."""
     trainer = _trainer(
         toy_policy_path,

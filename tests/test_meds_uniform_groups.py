@@ -1,4 +1,4 @@
-"""MEDS on groups whose correctness has no variance (issue 28), in the trainer: by default, as in the reference,
+"""MEDS on groups whose correctness has no variance, in the trainer: by default, as in the reference,
 an all-wrong group gets no advantage from the penalty and does not enter the memory; with
 ``meds_shape_uniform_groups=True`` (the earlier behaviour) it is memorised and shaped.
 

@@ -83,7 +83,7 @@ def test_smollm2_tokenizer_needs_the_decoded_fallback(smollm2_tokenizer):
     ]
     tokens = smollm2_tokenizer.convert_ids_to_tokens(ids)
     assert tokens[-7:-2] == ["Ġ\\", "box", "ed", "{", "4"]  # digits are single tokens
-    assert locate_answer_token(ids, smollm2_tokenizer, rule="reference") is None  # the bug of issue 30
+    assert locate_answer_token(ids, smollm2_tokenizer, rule="reference") is None  # the SmolLM2 bug
     location = locate_answer_token(ids, smollm2_tokenizer)
     assert (location.rule, tokens[location.query_index], tokens[location.target_index]) == (
         "decoded",

@@ -104,7 +104,7 @@ def test_the_measured_levels_give_the_default_level():
     from hf_meds_cliff.real_world import DEFAULT_LEVEL
 
     # The level measurement (16 test problems x 8 samples per level, SmolLM2-135M-Instruct, temperature 0.7), as read
-    # off the terminal: no data file holds it, so docs/real_model.md no longer shows it (issue 41). Here it only
+    # off the terminal: no data file holds it, so docs/real_model.md no longer shows it. Here it only
     # checks that the rule, given these inputs, picks the committed DEFAULT_LEVEL.
     measured = {"add9": (0.921875, 1.0), "addsub20": (0.5234375, 0.6875), "addsub99": (0.171875, 0.375),
                 "chain2": (0.0, 0.0)}  # fmt: skip

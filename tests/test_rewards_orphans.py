@@ -1,4 +1,4 @@
-"""Answer-checking workers die with the process that started them (issue 15, item 1).
+"""Answer-checking workers die with the process that started them.
 
 A parent process starts a math-verify worker and gives it an answer that keeps sympy busy for good;
 the test kills the parent (SIGKILL, SIGTERM) while the worker computes and then looks in /proc for

@@ -1,6 +1,6 @@
-"""Answer checking never pays a wrong answer (issue 11) and stays bounded under load (issue 15, item 9).
+"""Answer checking never pays a wrong answer and stays bounded under load.
 
-- the six false positives of issue 11 (a normalisation shortcut decided before math-verify),
+- six false positives of an earlier normalisation shortcut (one that decided before math-verify),
 - the multi-box policy (math-verify's own), safe against boxing every candidate,
 - ``\\boxed{18\\$}`` keeps its dollar sign,
 - math-verify's ``float_rounding`` and ``strict`` settings,
@@ -50,7 +50,7 @@ def nested_fraction(levels: int) -> str:
     return answer
 
 
-# Issue 11's table: every one was scored correct by the old shortcut; math-verify scores them wrong.
+# The false positives: every one was scored correct by the old shortcut; math-verify scores them wrong.
 ISSUE_11_FALSE_POSITIVES = [
     ("32349", "\\boxed{32, 349}"),
     ("0, 100", "\\boxed{100}"),

@@ -1,10 +1,10 @@
-"""Cliff's sentence and code-unit splitting in linear time (issue 39): the same spans as the implementation
-before (kept in ``tests/_sentences_before_issue39.py``) on random and adversarial texts small enough for it.
+"""Cliff's sentence and code-unit splitting in linear time: the same spans as the implementation
+before (kept in ``tests/_sentences_quadratic.py``) on random and adversarial texts small enough for it.
 Its cost on 50 KB adversarial texts is measured in ``benchmarks/bench_code_hostile_cost.py``, not timed here."""
 
 import random
 
-import _sentences_before_issue39 as before
+import _sentences_quadratic as before
 import pytest
 
 from hf_meds_cliff.cliff import split_code_units, split_sentences  # re-exported wherever the module lives

@@ -1,4 +1,4 @@
-"""Issue 41: the stage-3 arm ``grpo_teacher_paper`` keeps its pre-registered text, with an erratum beside it that
+"""The stage-3 arm ``grpo_teacher_paper`` keeps its pre-registered text, with an erratum beside it that
 the report's generator writes (so it survives ``learning_study.py --report``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the trainers guarantee to a TRL user who calls ``train()`` and ``save_model()`` directly (issue 23):
+"""What the trainers guarantee to a TRL user who calls ``train()`` and ``save_model()`` directly:
 
 - ``train(resume_from_checkpoint=True)`` resumes from the newest *complete* checkpoint, skipping (with a warning
   naming it) a newer one whose save was killed, as the scripts do; transformers' own lookup would take the

@@ -1,4 +1,4 @@
-"""Issue 14 fixes outside the matrix: None rewards under MEDS, config conversion, reward_weights message,
+"""TRL fixes outside the matrix: None rewards under MEDS, config conversion, reward_weights message,
 the first-batch 0/1 correctness check (both trainers), truncated completions under mask_truncated_completions."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ NON_CLIP_LOSSES = ("bnpo", "cispo", "sapo", "luspo", "vespo")
 normalisation (bnpo), clipped or soft importance weights (cispo, sapo, vespo), a sequence-level ratio (luspo)."""
 FAST_CELLS = {
     ("grpo", "grad_accum_2"),
-    ("meds", "grad_accum_2"),  # the autocast crash of issue 14
+    ("meds", "grad_accum_2"),  # the autocast crash once fixed here
     ("cliff", "grad_accum_2"),
     ("meds", "two_rewards"),
     ("meds", "resume"),

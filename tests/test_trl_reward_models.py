@@ -1,4 +1,4 @@
-"""Reward models and every other per-reward-function setting of TRL 1.16, with MEDS's own penalty column (issue 33).
+"""Reward models and every other per-reward-function setting of TRL 1.16, with MEDS's own penalty column.
 
 ``MEDSGRPOTrainer`` appends a ``meds_penalty`` reward function to the user's. Everything TRL keeps per reward function
 must then get an entry for it, without the user counting it: ``reward_weights`` (1.0), ``reward_processing_classes``
@@ -246,7 +246,7 @@ def _reward_model_scores(trainer, rm_index: int, tokenizer) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["grpo", "meds", "cliff"])
 def test_user_script_with_a_reward_model_trains(kind, toy_policy_path, reward_model, tmp_path):
-    """Done when (issue 33): ``reward_funcs=[correct, "path/to/rm"]``, ``reward_processing_classes=[None, rm_tok]``
+    """Done when: ``reward_funcs=[correct, "path/to/rm"]``, ``reward_processing_classes=[None, rm_tok]``
     builds and trains with GRPOTrainer, MEDSGRPOTrainer and CliffGRPOTrainer; the reward model scores with the user's
     tokenizer. The correctness reward is made to mix every group (``MixedGroupsReward``): learning signal, MEDS
     memory rows and Cliff groups whatever this machine's warm-up samples."""
@@ -368,7 +368,7 @@ def test_meds_column_with_async_rewards_weights_and_aggregation(aggregation, toy
 def test_meds_column_sits_after_an_environment_owned_reward(tmp_path, monkeypatch):
     """TRL appends an ``environment_factory``'s ``get_reward`` as one more reward column (weight 1) after the user's
     reward functions; MEDS appends ``meds_penalty`` after TRL's columns, so the user's and the environment's keep the
-    indices TRL gives them (issue 45), and every per-function list has one entry per column."""
+    indices TRL gives them, and every per-function list has one entry per column."""
     from datasets import Dataset
     from transformers import Qwen3Config, Qwen3ForCausalLM
     from trl.chat_template_utils import qwen3_chat_template

@@ -59,7 +59,7 @@ print("scan ok")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "before import: False",  # llvmlite not loaded: nothing to do
-        "crash: '_lib_fn_wrapper' object has no attribute 'get'",  # the crash of issue 31, reproduced
+        "crash: '_lib_fn_wrapper' object has no attribute 'get'",  # the llvmlite crash, reproduced
         "fixed: True",
         "dict: {}",
         "scan ok",

@@ -151,7 +151,7 @@ def test_cpu_shim_keeps_the_weights_a_sync_writes():
 
 
 def test_vllm_start_up_survives_numba(tmp_path):
-    """Crash 2 of issue 31, at the scan itself: with llvmlite loaded (numba, as MEDS loads it), vLLM's start-up
+    """The llvmlite crash, at the scan itself: with llvmlite loaded (numba, as MEDS loads it), vLLM's start-up
     walk over ``sys.modules`` (``_rebind_kernels``) raised ``AttributeError: '_lib_fn_wrapper' object has no attribute
     'get'``; after ``make_llvmlite_scan_safe`` (what importing MEDS's memory now does) it passes."""
     script = (

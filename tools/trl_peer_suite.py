@@ -163,7 +163,7 @@ REWARD_FUNCTION_TESTS = (
     "test_mismatched_reward_processing_classes_length", "test_correct_reward_processing_classes_list",
     "test_single_reward_model_with_single_processing_class",
 )  # fmt: skip
-"""The tests about what MEDS's extra reward column touches (issue 33): reward models and their processing classes,
+"""The tests about what MEDS's extra reward column touches: reward models and their processing classes,
 several, async, weighted and None-returning reward functions, the logged reward and both aggregation modes."""
 
 TOOL_TESTS = (
@@ -265,7 +265,7 @@ EOS_ODDS = 1.5
 completions most of TRL's tests sample end before the limit (30 of 64 on the Qwen 3 stand-in at seed 0;
 ``tests/test_trl_peer_suite.py`` checks a range). Stand-ins v5 to v7 never sampled it: like the Hub's random models,
 every completion ran to the limit, and Cliff, which does not ask its teacher about a cut-off rollout, never judged in
-the suite (issue 45)."""
+the suite."""
 NEVER_ENDING_POLICIES = ("tiny-Qwen2ForCausalLM-2.5",)
 """Policies that never sample EOS, as the Hub's random models practically never do. TRL's
 ``test_train_with_mask_truncated_completions_all_masked`` relies on it for ``tiny-Qwen2ForCausalLM-2.5`` ("the

@@ -126,7 +126,7 @@ class DAPOConfig(GRPOConfig):
     if not _HAS_ACTIVATION_CHECKPOINTING:
         # transformers 5.20-5.22 (5.20.2 is what `pip install "hf-meds-cliff[vllm]"` installs: vllm 0.33 caps
         # transformers <5.21) have no `activation_checkpointing` (added in 5.23): accept the name our recipes and
-        # users write and carry it over to `gradient_checkpointing` (found by the lowest-versions lane, issue 44).
+        # users write and carry it over to `gradient_checkpointing` (found by the lowest-versions lane).
         activation_checkpointing: bool | None = field(
             default=None,
             metadata={

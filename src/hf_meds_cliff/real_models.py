@@ -75,7 +75,7 @@ SMOLLM2_CACHE_FOLDER = "smollm2-135m-instruct"
 SMOLLM2_DTYPE = "float32"
 """Saved weight dtype. Training runs with ``bf16=False`` on CPU, where bf16 weights would be updated in bf16 by AdamW
 (most small updates round away), so the checkpoint is float32 (538 MB instead of about 270 MB). The speed comparison
-``benchmarks/bench_smollm2_dtype.py`` was not completed on the loaded machine of issue 30; this choice does not rest
+``benchmarks/bench_smollm2_dtype.py`` was not completed on the loaded machine; this choice does not rest
 on it."""
 
 CONVERSION_VERSION = 1

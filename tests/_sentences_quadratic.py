@@ -1,4 +1,4 @@
-"""The sentence splitter as it was before issue 39 (quadratic on some texts), kept as the oracle of
+"""The sentence splitter as it was before the linear rewrite (quadratic on some texts), kept as the oracle of
 tests/test_sentences_linear.py. Sentence segmentation of a rollout, as the Cliff teacher sees it numbered ``[0]``, ``[1]``, ...
 
 Cliff's pitfall step p(a) is a *sentence* index; the trainer maps it back to tokens through the
