@@ -1097,19 +1097,24 @@ def _memory_from_manifest(cls: type, directory: Path, header: dict[str, Any]) ->
     return memory
 
 
+def _check_listed_file(directory: Path, path: Path, sha256: str, record_path: Path) -> None:
+    """Raise unless ``path``, which the manifest lists, exists and has the SHA-256 ``record_path`` holds for it."""
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} does not exist, but {directory / MEMORY_JSON_NAME} lists it: the memory folder lost a "
+            f"file. {_LOAD_FIX}"
+        )
+    if file_sha256(path) != sha256:
+        raise ValueError(
+            f"{path} does not match {record_path} (SHA-256 differs from the integrity record): the two files come "
+            f"from different saves or one was modified. {_LOAD_FIX}"
+        )
+
+
 def _read_shard_header(directory: Path, record: dict[str, Any]) -> dict[str, Any]:
     """The checked JSON of one shard (keys, notes, snippets), verified against the manifest's SHA-256."""
     header_path = directory / record["header"]
-    if not header_path.is_file():
-        raise FileNotFoundError(
-            f"{header_path} does not exist, but {directory / MEMORY_JSON_NAME} lists it: the memory folder lost a "
-            f"file. {_LOAD_FIX}"
-        )
-    if file_sha256(header_path) != record["header_sha256"]:
-        raise ValueError(
-            f"{header_path} does not match {directory / MEMORY_JSON_NAME} (SHA-256 differs from the integrity "
-            f"record): the two files come from different saves or one was modified. {_LOAD_FIX}"
-        )
+    _check_listed_file(directory, header_path, record["header_sha256"], directory / MEMORY_JSON_NAME)
     shard = read_json_file(header_path, _LOAD_FIX)
     fields = {"keys": list, "orders": list, "rows": list, "notes": list, "snippets": list, "arrays_sha256": str,
               "fingerprint": str}  # fmt: skip
@@ -1135,16 +1140,7 @@ def _read_shard(
     wanted = [keep is None or keep(key) for key in keys]
     if not any(wanted):
         return []
-    if not arrays_path.is_file():
-        raise FileNotFoundError(
-            f"{arrays_path} does not exist, but {directory / MEMORY_JSON_NAME} lists it: the memory folder lost a "
-            f"file. {_LOAD_FIX}"
-        )
-    if file_sha256(arrays_path) != shard["arrays_sha256"]:
-        raise ValueError(
-            f"{arrays_path} does not match {header_path} (SHA-256 differs from the integrity record): the two files "
-            f"come from different saves or one was modified. {_LOAD_FIX}"
-        )
+    _check_listed_file(directory, arrays_path, shard["arrays_sha256"], header_path)
     try:
         with np.load(arrays_path) as archive:
             data = {name: archive[name] for name in _SHARD_ARRAYS}
