@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def meds_report(training_args, shape: dict[str, int], pool_size: int, options) -
     return {
         "can_act": meds_can_act(estimate),
         "why": meds_preflight_message(estimate, steps=shape["steps"]),
-        "estimate": {k: v for k, v in vars(estimate).items()},
+        "estimate": asdict(estimate),
     }
 
 
@@ -161,7 +162,7 @@ def cliff_report(training_args, shape: dict[str, int], dataset, options) -> dict
     }
 
 
-def _print_report(method: str, shape, pool_size: int, num_processes: int, options, reports: dict) -> None:
+def _print_report(shape, pool_size: int, num_processes: int, options, reports: dict) -> None:
     print(
         f"Run: {pool_size:,} prompts, {num_processes} process(es), {shape['prompts_per_generation']:,} prompts per "
         f"generation batch, {shape['generations']:,} generation batches over {shape['steps']:,} optimizer steps "
@@ -224,14 +225,11 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             raise UsageError(f"--num_processes {options.num_processes} must be >= 1.")
         from ..script_utils import build_parser, load_train_dataset, with_toy_recipe
 
-        config_method = "meds" if options.method == "grpo" else options.method
-        if options.method == "grpo":
-            from ..meds.config import MEDSConfig as config_cls
-        elif options.method == "meds":
-            from ..meds.config import MEDSConfig as config_cls
-        else:
+        if options.method == "cliff":
             from ..cliff.config import CliffConfig as config_cls
-        args = with_toy_recipe(training_argv, config_method)
+        else:  # MEDS's config reads GRPO and DAPO recipes too (a subclass of DAPOConfig)
+            from ..meds.config import MEDSConfig as config_cls
+        args = with_toy_recipe(training_argv, options.method)
         try:
             script_args, training_args, _ = build_parser(config_cls).parse_args_and_config(
                 args=[*args, *_READ_ANYWHERE]
@@ -251,7 +249,7 @@ def run(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         if options.json:
             print(json.dumps({"pool_size": pool_size, "num_processes": options.num_processes, **shape, **reports}))
         else:
-            _print_report(options.method, shape, pool_size, options.num_processes, options, reports)
+            _print_report(shape, pool_size, options.num_processes, options, reports)
         return 0
 
     return run_reporting_errors("preflight", body, usage=parser.format_usage)
