@@ -122,7 +122,9 @@ def write(path: Path, record: dict) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def screen(design: Design, problems: int, samples: int, max_new_tokens: int, threads: int) -> dict:
+def screen(design: Design, problems: int, samples: int, max_new_tokens: int, threads: int, start: int = 0) -> dict:
+    """The base model on problems ``start + 1`` to ``start + problems`` of the design's training order (problem *i*
+    sampled with seed *i - 1*)."""
     import torch
 
     from hf_meds_cliff.cliff.advantages import first_mistake_token_positions
@@ -140,14 +142,14 @@ def screen(design: Design, problems: int, samples: int, max_new_tokens: int, thr
     tokenizer = backend.tokenizer
     sampling = SamplingSettings(samples, design.temperature, 1.0, max_new_tokens)
     grade = MathAnswerReward()
-    rows = design_problems(design, problems)
+    rows = design_problems(design, start + problems)[start:]
     per_problem = []
     start = time.perf_counter()
     per_call = backend.problems_per_call(samples)
     for offset in range(0, len(rows), per_call):
         chunk = rows[offset : offset + per_call]
         outputs = backend.generate(
-            [chat_prompt(design, r["problem"]) for r in chunk], [offset + i for i in range(len(chunk))], sampling
+            [chat_prompt(design, r["problem"]) for r in chunk], [start + offset + i for i in range(len(chunk))], sampling
         )
         for row, group in zip(chunk, outputs):
             texts = [s.text for s in group]
@@ -171,6 +173,7 @@ def screen(design: Design, problems: int, samples: int, max_new_tokens: int, thr
     return {
         "stage": "screen",
         "design": asdict(design),
+        "first_problem": start + 1,
         "samples": samples,
         "max_new_tokens": max_new_tokens,
         "torch_threads": threads,

@@ -213,14 +213,18 @@ def problem_seed(eval_seed: int, split: str, problem_id: str) -> int:
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
-def evaluate(model_dir: str, settings: Settings, rows: list[dict], split: str, eval_seed: int) -> dict:
-    """``settings.samples`` samples per problem: pass@1..8, each problem's correct count and wrong answers."""
+def evaluate(
+    model_dir: str, settings: Settings, rows: list[dict], split: str, eval_seed: int, prompt=None
+) -> dict:
+    """``settings.samples`` samples per problem: pass@1..8, each problem's correct count and wrong answers.
+    ``prompt(problem)`` builds a problem's chat messages (default: :func:`chat_prompt` of ``settings``)."""
     from hf_meds_cliff.collapse import NO_ANSWER
     from hf_meds_cliff.evaluation.generation import TransformersBackend
     from hf_meds_cliff.evaluation.sampling import SamplingSettings
     from hf_meds_cliff.rewards import MathAnswerReward
     from hf_meds_cliff.rewards.extraction import extract_final_answer
 
+    prompt = prompt or (lambda problem: chat_prompt(settings, problem))
     backend = TransformersBackend(model_dir, device="cpu", dtype="float32", batch_size=64)
     sampling = SamplingSettings(settings.samples, settings.temperature, settings.top_p, settings.max_new_tokens)
     grade = MathAnswerReward()
@@ -229,7 +233,7 @@ def evaluate(model_dir: str, settings: Settings, rows: list[dict], split: str, e
     for start in range(0, len(rows), per_call):
         chunk = rows[start : start + per_call]
         samples = backend.generate(
-            [chat_prompt(settings, r["problem"]) for r in chunk],
+            [prompt(r["problem"]) for r in chunk],
             [problem_seed(eval_seed, split, r["problem_id"]) for r in chunk],
             sampling,
         )
@@ -298,6 +302,33 @@ class StopAfterStep(TrainerCallback):
 
 def train(arm: str, seed: int, settings: Settings, work: Path, stop_after_step: int | None = None) -> dict:
     """Train ``arm`` (resuming from the newest complete checkpoint); save ``final/`` and ``train_record.json``."""
+    teacher = None
+    if arm in SIMULATED_ARMS:
+        from hf_meds_cliff.cliff.teachers import NoisyTeacher, build_teacher
+
+        teacher = NoisyTeacher(build_teacher("rule"), seed=seed, **SIMULATED_TEACHER)
+
+    def describe(trainer) -> dict:
+        if teacher is not None:
+            return {"teacher": {"kind": "simulated", "name": teacher.name, **SIMULATED_TEACHER, "seed": seed,
+                                "counters_last_segment": dict(teacher.counters)}}  # fmt: skip
+        return {"teacher": {"kind": "exact rule teacher", "name": repr(trainer.teacher)} if arm == "cliff" else None}
+
+    return train_resumable(
+        work, settings, policy=model_path(settings), rows=study_problems(settings)["train"],
+        prompt=lambda problem: chat_prompt(settings, problem), config=arm_config(arm, settings, seed, str(work)),
+        method=ARM_METHOD[arm], teacher=teacher, describe=describe, stop_after_step=stop_after_step,
+    )  # fmt: skip
+
+
+def train_resumable(
+    work: Path, settings, *, policy: str, rows: list[dict], prompt, config, method: str, teacher=None,
+    describe=None, callbacks=(), stop_after_step: int | None = None,
+) -> dict:  # fmt: skip
+    """Train ``method`` with ``config`` on ``rows`` (each ``prompt(problem)`` a chat), resuming from the newest
+    complete checkpoint in ``work``; save ``final/`` and ``train_record.json`` (returned; a finished training is not
+    run again). ``describe(trainer)`` adds fields to the record; ``callbacks`` are the caller's trainer callbacks,
+    each may take the trainer (``bind(trainer, checkpoint)``) before training starts."""
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -309,35 +340,28 @@ def train(arm: str, seed: int, settings: Settings, work: Path, stop_after_step: 
     if record_path.exists() and (work / "final").is_dir():
         return json.loads(record_path.read_text())
     torch.set_num_threads(settings.torch_threads)
-    policy = model_path(settings)
     tokenizer = AutoTokenizer.from_pretrained(policy)
     tokenizer.padding_side = "left"
-    train_rows = study_problems(settings)["train"]
     dataset = datasets.Dataset.from_dict(
         {
-            "prompt": [chat_prompt(settings, r["problem"]) for r in train_rows],
-            "answer": [r["answer"] for r in train_rows],
-            "problem_id": [r["problem_id"] for r in train_rows],
+            "prompt": [prompt(r["problem"]) for r in rows],
+            "answer": [r["answer"] for r in rows],
+            "problem_id": [r["problem_id"] for r in rows],
         }
     )
-    config = arm_config(arm, settings, seed, str(work))
     monitor = ErrorCollapseCallback(window=settings.monitor_window)
-    rewards = study_common.reward_functions(ARM_METHOD[arm], settings.max_new_tokens, overlong=False)
+    rewards = study_common.reward_functions(method, settings.max_new_tokens, overlong=False)
     rewards[0] = monitor.wrap(rewards[0])
-    callbacks = [monitor] + ([StopAfterStep(stop_after_step)] if stop_after_step is not None else [])
-    kwargs = {}
-    teacher = None
-    if arm in SIMULATED_ARMS:
-        from hf_meds_cliff.cliff.teachers import NoisyTeacher, build_teacher
-
-        teacher = NoisyTeacher(build_teacher("rule"), seed=seed, **SIMULATED_TEACHER)
-        kwargs["teacher"] = teacher
-    trainer = study_common.trainer_class(ARM_METHOD[arm])(
+    callbacks = [monitor, *callbacks] + ([StopAfterStep(stop_after_step)] if stop_after_step is not None else [])
+    trainer = study_common.trainer_class(method)(
         model=AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32),
         reward_funcs=rewards, args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
-        **kwargs,
+        **({"teacher": teacher} if teacher is not None else {}),
     )  # fmt: skip
     checkpoint = latest_complete_checkpoint(work)
+    for callback in callbacks:
+        if hasattr(callback, "bind"):
+            callback.bind(trainer, checkpoint)
     segments_path = work / "segments.json"  # the checkpoint each training segment started from (None: step 0)
     segments = json.loads(segments_path.read_text()) if segments_path.exists() else []
     segments.append({"resumed_from": None if checkpoint is None else checkpoint.name, "started": utc_now()})
@@ -355,17 +379,10 @@ def train(arm: str, seed: int, settings: Settings, work: Path, stop_after_step: 
     trainer.save_model(str(staging))
     tokenizer.save_pretrained(str(staging))
     staging.replace(final)
-    if teacher is not None:
-        teacher_record = {"kind": "simulated", "name": teacher.name, **SIMULATED_TEACHER, "seed": seed,
-                          "counters_last_segment": dict(teacher.counters)}  # fmt: skip
-    elif arm == "cliff":
-        teacher_record = {"kind": "exact rule teacher", "name": repr(trainer.teacher)}
-    else:
-        teacher_record = None
     record = {
         "config": json.loads(json.dumps(trainer.args.to_dict(), default=str)),
         "trainer": type(trainer).__name__,
-        "teacher": teacher_record,
+        **(describe(trainer) if describe is not None else {}),
         "history": [json.loads(json.dumps(r, default=str)) for r in trainer.state.log_history],
         "training_segments": segments,
         "train_seconds_last_segment": seconds,
@@ -667,10 +684,10 @@ def beside(runs, seeds) -> list[str]:
     return lines
 
 
-def provenance_lines(runs) -> list[str]:
+def provenance_lines(runs, arms=(BASE, *ARMS)) -> list[str]:
     """Where and how each results file was made, read from the files: the machine records (one line per distinct
     record, CPU flags compared whole), the commands, and each run's start, end and training minutes."""
-    records = [(arm, s, r) for arm in (BASE, *ARMS) for s, r in sorted(runs.get(arm, {}).items())]
+    records = [(arm, s, r) for arm in arms for s, r in sorted(runs.get(arm, {}).items())]
     machines: dict[str, list[str]] = {}
     for arm, s, r in records:
         machines.setdefault(json.dumps(r.get("machine"), sort_keys=True), []).append(f"{arm}-seed{s}")
