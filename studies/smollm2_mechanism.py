@@ -190,6 +190,7 @@ def extend_screen(results: Path, threads: int) -> dict:
     """Screen problems 33 on, ``SCREEN_CHUNK`` at a time, until the pool has its problems; write the extension."""
     from hf_meds_cliff.checkpointing import write_json_atomically
 
+    results.mkdir(parents=True, exist_ok=True)
     path = results / "screen-extension.json"
     started, origin = utc_now(), smollm2_study.provenance(None)  # the code that runs, recorded before it runs
     chunks = []
@@ -703,6 +704,7 @@ def main(argv=None) -> int:
     if args.screen:
         record = extend_screen(results, args.threads)
         print(json.dumps({"screened": len(screened_problems(results)), "extension": len(record.get("problems", []))}))
+    results.mkdir(parents=True, exist_ok=True)
     if args.power:
         record = power_analysis(results, args.studies, 2000)
         record.update(smollm2_study.provenance(command), written=utc_now())
