@@ -241,7 +241,7 @@ def method_config(
         lr_scheduler_type=regime.lr_scheduler_type,
     )  # fmt: skip
     # Stages 1-2 (no arm) ran before MEDS's default changed on zero-variance groups; stage 3 runs the default.
-    legacy = study_common.MEDS_BEFORE_ISSUE_28 if stage < 3 else None
+    legacy = study_common.MEDS_EARLIER_DEFAULT if stage < 3 else None
     return study_common.method_config(method, shared, meds_extra=legacy, extra=extra)
 
 

@@ -154,7 +154,7 @@ def method_config(method: str, settings: StudySettings, seed: int, output_dir: s
         warmup_steps=min(2, settings.steps),
     )
     # docs/mechanism_study.md was measured when MEDS shaped zero-variance groups (the old default): keep that.
-    return study_common.method_config(method, shared, meds_extra=study_common.MEDS_BEFORE_ISSUE_28)
+    return study_common.method_config(method, shared, meds_extra=study_common.MEDS_EARLIER_DEFAULT)
 
 
 def reward_functions(method: str, settings: StudySettings):

@@ -28,7 +28,7 @@ MEDS_SETTINGS = {
 }
 """The MEDS paper's alpha/beta, and the stronger setting fixed before the mechanism study's runs (the cap of
 0.1/0.2 is reached at cluster size 7; beta 1.0 moves it beyond any cluster size these studies reach)."""
-MEDS_BEFORE_ISSUE_28 = {"meds_shape_uniform_groups": True}
+MEDS_EARLIER_DEFAULT = {"meds_shape_uniform_groups": True}
 """What the toy study, the mechanism study and the learning study's stages 1-2 ran with: MEDS shaped groups whose
 correctness has no variance (the library's earlier default). Passed to those runs so that their results stay
 reproducible; the learning study's stage 3 runs the library's default (no shaping of such groups)."""

@@ -90,7 +90,7 @@ def method_config(method: str, settings: StudySettings, seed: int, output_dir: s
         # docs/toy_study.md was measured when every generation round entered the memory; keep that scope so the
         # study reproduces its document (the library's default is now the reference's "filtered").
         # It was also measured when MEDS shaped zero-variance groups (the old default; dynamic sampling drops most).
-        meds_extra={"meds_memory_scope": "all", **study_common.MEDS_BEFORE_ISSUE_28},
+        meds_extra={"meds_memory_scope": "all", **study_common.MEDS_EARLIER_DEFAULT},
     )
 
 

@@ -84,7 +84,7 @@ def test_agreement_and_every_disagreement_explained(corpus, verdicts):
 
 
 @pytest.mark.timeout(900)
-def test_issue_11_table_is_in_the_corpus(corpus, verdicts):
+def test_audited_false_positive_table_is_in_the_corpus(corpus, verdicts):
     table = {
         ("32349", "\\boxed{32, 349}"),
         ("0, 100", "\\boxed{100}"),

@@ -51,7 +51,7 @@ def nested_fraction(levels: int) -> str:
 
 
 # The false positives: every one was scored correct by the old shortcut; math-verify scores them wrong.
-ISSUE_11_FALSE_POSITIVES = [
+AUDITED_FALSE_POSITIVES = [
     ("32349", "\\boxed{32, 349}"),
     ("0, 100", "\\boxed{100}"),
     ("1, 234", "\\boxed{1234}"),
@@ -61,8 +61,8 @@ ISSUE_11_FALSE_POSITIVES = [
 ]
 
 
-@pytest.mark.parametrize(("truth", "completion"), ISSUE_11_FALSE_POSITIVES)
-def test_issue_11_false_positives_are_wrong(pool, truth, completion):
+@pytest.mark.parametrize(("truth", "completion"), AUDITED_FALSE_POSITIVES)
+def test_audited_false_positives_are_wrong(pool, truth, completion):
     (check,) = check_answers([completion], [truth], pool=pool, timeout=30)
     assert check.status == "wrong" and check.correct is False
 
