@@ -144,13 +144,12 @@ def screen(design: Design, problems: int, samples: int, max_new_tokens: int, thr
     grade = MathAnswerReward()
     rows = design_problems(design, start + problems)[start:]
     per_problem = []
-    start = time.perf_counter()
+    clock = time.perf_counter()
     per_call = backend.problems_per_call(samples)
     for offset in range(0, len(rows), per_call):
         chunk = rows[offset : offset + per_call]
-        outputs = backend.generate(
-            [chat_prompt(design, r["problem"]) for r in chunk], [start + offset + i for i in range(len(chunk))], sampling
-        )
+        seeds = [start + offset + i for i in range(len(chunk))]  # problem i of the order: seed i - 1
+        outputs = backend.generate([chat_prompt(design, r["problem"]) for r in chunk], seeds, sampling)
         for row, group in zip(chunk, outputs):
             texts = [s.text for s in group]
             scores = grade(texts, answer=[row["answer"]] * len(texts))
@@ -177,7 +176,7 @@ def screen(design: Design, problems: int, samples: int, max_new_tokens: int, thr
         "samples": samples,
         "max_new_tokens": max_new_tokens,
         "torch_threads": threads,
-        "seconds": time.perf_counter() - start,
+        "seconds": time.perf_counter() - clock,
         "started": started,
         "finished": study_common.utc_now(),
         "problems": per_problem,

@@ -238,3 +238,47 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert "| C1 | `cliff` − `grpo` | heldout | agreement | ≠ 0 | 3 | 3 |" in text
     assert "pass@1 5.0 points (simulated), 4.0 (analytic); pass@8 beyond the grid points" in text
     assert "incomplete seeds (not analysed): [3]" in text and "do not all come from one commit" not in text
+
+
+def test_screen_samples_problem_i_with_seed_i_minus_1(monkeypatch):
+    """An extension screen of problems 33-35 draws them in the training order with seeds 32-34 (the pilot's screen
+    drew problem i with seed i - 1), and records who was right and where a wrong rollout's split falls."""
+    from transformers import AutoTokenizer
+
+    import hf_meds_cliff.evaluation.generation as generation
+    import hf_meds_cliff.real_models as real_models
+    from hf_meds_cliff.evaluation.sampling import Sample
+    from hf_meds_cliff.toy import toy_policy
+
+    calls = []
+
+    class FakeBackend:
+        def __init__(self, model, **kwargs):
+            self.tokenizer = AutoTokenizer.from_pretrained(str(toy_policy()))
+
+        def problems_per_call(self, samples):
+            return 2
+
+        def generate(self, prompts, seeds, sampling):
+            calls.append((prompts, list(seeds), sampling))
+            groups = []
+            for messages in prompts:
+                question = messages[-1]["content"].split(" Put")[0]
+                terms = question.replace("Compute (", "").replace(") +", " +").rstrip(".").split(" + ")
+                a, b, c = (int(x) for x in terms)
+                right, bad = a + b + c, a + b + c + 1
+                right = f"{a} + {b} = {a + b}. {a + b} + {c} = {right}. The answer is \\boxed{{{right}}}."
+                wrong = f"{a} + {b} = {a + b}. {a + b} + {c} = {bad}. The answer is \\boxed{{{bad}}}."
+                groups.append([Sample(right, 10, False), Sample(wrong, 10, False)])
+            return groups
+
+    monkeypatch.setattr(generation, "TransformersBackend", FakeBackend)
+    monkeypatch.setattr(real_models, "smollm2_135m", lambda: "unused")
+    monkeypatch.setattr(smollm2_pilot, "provenance", lambda: {"commit": "c"})
+    design = smollm2_pilot.DESIGNS["easy_then_add"]
+    record = smollm2_pilot.screen(design, 3, 2, 64, 1, start=32)
+    assert [seeds for _, seeds, _ in calls] == [[32, 33], [34]]
+    order = smollm2_pilot.design_problems(design, 35)
+    assert [p["problem"] for p in record["problems"]] == [p["problem"] for p in order[32:]]
+    assert record["first_problem"] == 33 and all(p["right"] == 1 for p in record["problems"])
+    assert all(w["first_mistake"] == 1 and w["split_token"] > 0 for p in record["problems"] for w in p["wrong"])
