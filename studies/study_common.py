@@ -292,8 +292,14 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
+CODE_PATHS = ("src", "studies", "pyproject.toml")
+"""What a study run executes: the library, the studies and the pinned dependencies (not docs, tests or results)."""
+
+
 def code_version() -> dict:
-    """``commit`` (HEAD of this checkout) and ``dirty`` (local changes to tracked files); ``None`` without git."""
+    """``commit`` (HEAD of this checkout) and ``dirty`` (local changes to tracked files); ``code_commit`` (the newest
+    commit that changed :data:`CODE_PATHS`) and ``code_dirty`` (local changes there), so that runs of one study that
+    started before and after a commit of results or docs show the same code; ``None`` without git."""
     root = Path(__file__).resolve().parent.parent
 
     def git(*arguments: str) -> str | None:
@@ -306,7 +312,14 @@ def code_version() -> dict:
 
     commit = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    code_commit = git("log", "-1", "--format=%H", "--", *CODE_PATHS)
+    code_status = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    return {
+        "commit": commit,
+        "dirty": None if status is None else bool(status),
+        "code_commit": code_commit,
+        "code_dirty": None if code_status is None else bool(code_status),
+    }
 
 
 def utc_now() -> str:

@@ -147,7 +147,8 @@ def test_tiny_run_resumes_after_a_stop_and_records_every_field(tmp_path, monkeyp
     for arm in arms:
         record = json.loads((results / f"{arm}-seed0.json").read_text())
         assert (record["arm"], record["seed"], record["eval_seed"], record["command"]) == (arm, 0, 0, "test")
-        assert {"commit", "dirty", "machine", "config", "history", "started", "finished", "eval_seconds"} <= set(record)
+        assert {"commit", "dirty", "code_commit", "code_dirty", "machine", "config", "history", "started", "finished",
+                "eval_seconds"} <= set(record)  # fmt: skip
         assert [row["step"] for row in record["history"] if "loss" in row] == [1, 2]
         for split, size in (("pool", 8), ("heldout", 3)):
             evaluation = record[split]
@@ -187,8 +188,8 @@ def _distinct(counts, n=8):  # every wrong sample a different answer: agreement 
 def _write(results: Path, arm: str, seed: int, correct: list[int], wrong: list[dict], history=()) -> None:
     record = {"arm": arm, "seed": seed, "pool": _evaluation("pool", correct, wrong),
               "heldout": _evaluation("heldout", correct, wrong), "history": list(history), "commit": "c",
-              "dirty": False, "machine": {"cpu": "CPU A"}, "command": f"run {arm} {seed}", "started": "t0",
-              "finished": "t1"}  # fmt: skip
+              "dirty": False, "code_commit": "c", "code_dirty": False, "machine": {"cpu": "CPU A"},
+              "command": f"run {arm} {seed}", "started": "t0", "finished": "t1"}  # fmt: skip
     (results / f"{arm}-seed{seed}.json").write_text(json.dumps(record))
 
 
@@ -237,7 +238,11 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert "| M1 | `meds_ds` − `dapo_ds` | pool | agreement | < 0 | 3 | 4 |" in text and "*reversed*" in text
     assert "| C1 | `cliff` − `grpo` | heldout | agreement | ≠ 0 | 3 | 3 |" in text
     assert "pass@1 5.0 points (simulated), 4.0 (analytic); pass@8 beyond the grid points" in text
-    assert "incomplete seeds (not analysed): [3]" in text and "do not all come from one commit" not in text
+    assert "incomplete seeds (not analysed): [3]" in text and "do not all come from one version" not in text
+    record = json.loads((results / "grpo-seed1.json").read_text())
+    (results / "grpo-seed1.json").write_text(json.dumps({**record, "code_commit": "d"}))
+    study.write_report(results, report, resamples=99)
+    assert "do not all come from one version of the code" in report.read_text()
 
 
 def test_screen_samples_problem_i_with_seed_i_minus_1(monkeypatch):
