@@ -263,15 +263,15 @@ def test_trainer_set_up_has_signal_whatever_the_policy_solves(toy_policy_path, t
 
 @pytest.mark.slow
 def test_dapo_run_and_resume_give_the_same_cluster_sizes(toy_policy_path, tmp_path):
-    """The third loss type (dapo, batch-scaled rewards) end to end, then checkpoint -> resume equality."""
-    # TRL's sampler reshuffles every epoch and a resumed run restarts its generator, so the whole run stays
-    # inside one epoch (3 steps x 2 prompts = 6 prompts); memory keys still recur through an id column.
+    """The third loss type (dapo, batch-scaled rewards) end to end, then checkpoint -> resume equality, resumed in
+    a later epoch: 4 prompts at 2 a step, so checkpoint-2 ends the first epoch and step 3 opens the second (the
+    trainers' sampler gives it the second epoch's order, where TRL's own would restart at the first)."""
     common = {
         "loss_type": "dapo", "scale_rewards": "batch", "max_steps": 3, "save_strategy": "steps", "save_steps": 2,
         "meds_prompt_id_column": "memory_group",
     }  # fmt: skip
     uninterrupted = _trainer(
-        toy_policy_path, _config(tmp_path / "a", **common), num_prompts=6, memory_groups=2
+        toy_policy_path, _config(tmp_path / "a", **common), num_prompts=4, memory_groups=2
     )
     before = {name: p.detach().clone() for name, p in uninterrupted.model.named_parameters()}
     uninterrupted.train()
@@ -281,7 +281,7 @@ def test_dapo_run_and_resume_give_the_same_cluster_sizes(toy_policy_path, tmp_pa
 
     # Resume from a copy, so the uninterrupted run's later files cannot leak in.
     shutil.copytree(checkpoint, tmp_path / "b" / "checkpoint-2")
-    resumed = _trainer(toy_policy_path, _config(tmp_path / "b", **common), num_prompts=6, memory_groups=2)
+    resumed = _trainer(toy_policy_path, _config(tmp_path / "b", **common), num_prompts=4, memory_groups=2)
     resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
 
     assert resumed.state.global_step == 3
@@ -289,6 +289,10 @@ def test_dapo_run_and_resume_give_the_same_cluster_sizes(toy_policy_path, tmp_pa
     np.testing.assert_array_equal(resumed.meds_last_cluster_sizes, uninterrupted.meds_last_cluster_sizes)
     np.testing.assert_array_equal(resumed.meds_last_penalties, uninterrupted.meds_last_penalties)
     assert resumed.meds_memory.state_equal(uninterrupted.meds_memory)
+    # meds_summary() covers the whole run: the totals of steps 1-2 came back from the checkpoint
+    assert sum(uninterrupted.meds_totals.values()) > 0
+    assert resumed.meds_totals == uninterrupted.meds_totals
+    assert resumed.meds_summary() == uninterrupted.meds_summary()
 
 
 def test_config_validation_names_the_bad_value(tmp_path):

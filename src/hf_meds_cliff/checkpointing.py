@@ -306,6 +306,27 @@ def checkpoint_folder(trainer, trial=None) -> Path:
     return Path(trainer._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
 
 
+def save_checkpoint_json(folder: str | os.PathLike, name: str, value: Any) -> Path:
+    """Write ``value`` as ``folder/name`` for a checkpoint being saved: the folder is created, temporary files of an
+    earlier killed save of ``name`` are removed, and the file is written atomically (:func:`write_json_atomically`).
+    Trainers call it in ``_save_checkpoint`` before ``super()``, so the file exists before ``trainer_state.json``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder, (name,))
+    return write_json_atomically(folder / name, value)
+
+
+def load_optional_checkpoint_json(path: str | os.PathLike, what: str, consequence: str) -> Any | None:
+    """The JSON value at ``path``, or ``None`` with one warning when it is missing or unusable (a checkpoint written
+    before that file existed, or a damaged one). ``what`` names the state, ``consequence`` what a resume without it
+    does; both go into the warning."""
+    try:
+        return read_json_file(path, fix="")
+    except ValueError as error:
+        logger.warning("%s not restored (%s) %s", what, str(error).strip(), consequence)
+        return None
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the trainers' resume and save hooks
 # ----------------------------------------------------------------------------------------------------------------
@@ -381,12 +402,29 @@ class CheckpointSafetyMixin:
       or method state lost after the save) is skipped with a warning naming it and what it lacks; transformers' own
       lookup takes the highest number whatever it holds. A folder must be a complete checkpoint; ``False``/``None``
       start fresh. Raises ``ValueError`` naming the folder and the fix when there is nothing to resume from.
+    * ``_get_train_sampler``: TRL's ``RepeatSampler`` becomes a
+      :class:`~hf_meds_cliff.sampling.ResumableRepeatSampler`, so that a run resumed in a later epoch trains on the
+      prompts the uninterrupted run would have (TRL's restarts at the first epoch's order); without a resume the
+      order is TRL's, draw for draw.
     * ``_save`` and ``_push_from_checkpoint`` (the two places transformers ``torch.save``\ s ``self.args`` as
       ``training_args.bin``, next to every checkpoint's and the final model, and uploaded by ``push_to_hub``): the
       file is written without ``hub_token`` and every other field whose name marks a secret
       (:func:`~hf_meds_cliff.redaction.is_secret_option`), as ``None``; in memory the values stay, so the upload
       still authenticates with ``hub_token``. See :func:`pickled_without_secrets`.
     """
+
+    def _get_train_sampler(self, *args: Any, **kwargs: Any):
+        # TRL's RepeatSampler restarts its generator in a new trainer, so a resume in a later epoch would draw the
+        # first epoch's order; ResumableRepeatSampler catches up in set_epoch (see hf_meds_cliff.sampling). A
+        # sampler of the user's own (an overriding subclass of TRL's trainer) is kept as it is.
+        from trl.trainer.utils import RepeatSampler
+
+        from .sampling import ResumableRepeatSampler
+
+        sampler = super()._get_train_sampler(*args, **kwargs)
+        if type(sampler) is RepeatSampler:
+            return ResumableRepeatSampler.from_repeat_sampler(sampler)
+        return sampler
 
     def _resume_method_files(self) -> tuple[str, ...]:
         """Files of a checkpoint (relative to its folder) this trainer cannot resume without, besides TRL's own:

@@ -20,15 +20,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass, field
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from .checkpointing import CheckpointSafetyMixin
+from .checkpointing import (
+    CheckpointSafetyMixin,
+    checkpoint_folder,
+    load_optional_checkpoint_json,
+    save_checkpoint_json,
+)
 from .model_card import LocalBaseModelCardMixin
 
 logger = logging.getLogger(__name__)
+
+DYNAMIC_SAMPLING_STATE_NAME = "dynamic_sampling_state.json"
+"""In each checkpoint of a dynamic-sampling run: where the extra rounds' prompt order stands (pass and cursor)."""
 
 LEFT_PADDED_KEYS = ("prompt_ids", "prompt_mask")
 """Per-row tensors TRL left-pads; every other per-row tensor is right-padded (completion side)."""
@@ -207,6 +216,11 @@ class DynamicSamplingMixin:
 
     Active when ``args.dynamic_sampling`` is true and the model is training. Metrics:
     ``dynamic_sampling/rounds``, ``dynamic_sampling/groups_dropped``, ``dynamic_sampling/kept_fraction``.
+
+    Checkpoints keep the extra rounds' prompt order (``dynamic_sampling_state.json``: the pass over the data and the
+    cursor in it; ``_save_checkpoint`` and ``_load_optimizer_and_scheduler``), so a resumed run draws the prompts the
+    uninterrupted one would. A checkpoint without the file (written before it existed) resumes with a warning, its
+    extra rounds starting again at the first pass.
     """
 
     _last_gathered_rewards: torch.Tensor | None = None
@@ -246,11 +260,7 @@ class DynamicSamplingMixin:
         if self._dynamic_sampling_order is None or self._dynamic_sampling_cursor + prompts_per_batch > len(
             dataset
         ):
-            # Its own permutation per pass over the data, identical on every process.
-            generator = torch.Generator().manual_seed(
-                self.args.seed + 7919 * (1 + self._dynamic_sampling_epoch)
-            )
-            self._dynamic_sampling_order = torch.randperm(len(dataset), generator=generator)
+            self._dynamic_sampling_order = self._dynamic_sampling_permutation(self._dynamic_sampling_epoch)
             self._dynamic_sampling_cursor = 0
             self._dynamic_sampling_epoch += 1
         start = self._dynamic_sampling_cursor
@@ -259,6 +269,44 @@ class DynamicSamplingMixin:
         global_rows = [index for index in prompt_indices for _ in range(self.num_generations)]
         rank = self.accelerator.process_index
         return [dataset[index] for index in global_rows[rank * size : (rank + 1) * size]]
+
+    def _dynamic_sampling_permutation(self, data_pass: int) -> torch.Tensor:
+        """The extra rounds' prompt order of pass ``data_pass`` (0, 1, ...) over the data: its own seeded
+        permutation per pass, identical on every process."""
+        generator = torch.Generator().manual_seed(self.args.seed + 7919 * (1 + data_pass))
+        return torch.randperm(len(self.train_dataset), generator=generator)
+
+    def _save_checkpoint(self, model, trial):
+        # Before super(): trainer_state.json, which marks the checkpoint complete, is written after this file.
+        if getattr(self.args, "dynamic_sampling", False) and self.args.should_save:
+            state = {"passes_started": self._dynamic_sampling_epoch, "cursor": self._dynamic_sampling_cursor}
+            save_checkpoint_json(checkpoint_folder(self, trial), DYNAMIC_SAMPLING_STATE_NAME, state)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or not getattr(self.args, "dynamic_sampling", False):
+            return
+        state = load_optional_checkpoint_json(
+            os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE_NAME),
+            "Dynamic sampling's prompt order",
+            "(a checkpoint written before it was saved): the extra rounds start again at their first pass, so this "
+            "run's extra prompts differ from an uninterrupted run's.",
+        )
+        if state is None:
+            return
+        passes, cursor = (state.get(key) if isinstance(state, dict) else None for key in ("passes_started", "cursor"))
+        if not (isinstance(passes, int) and isinstance(cursor, int) and passes >= 0 and 0 <= cursor <= len(
+                self.train_dataset) and (passes > 0 or cursor == 0)):  # fmt: skip
+            raise ValueError(
+                f"{os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE_NAME)} holds {state!r}, not a pass count and a "
+                f"cursor within this run's {len(self.train_dataset)} prompts: the file was edited, or the checkpoint "
+                "belongs to a run on another dataset. Resume from this run's own checkpoint, or delete the file to "
+                "start the extra rounds' order afresh."
+            )
+        self._dynamic_sampling_epoch = passes
+        self._dynamic_sampling_cursor = cursor
+        self._dynamic_sampling_order = self._dynamic_sampling_permutation(passes - 1) if passes else None
 
     def _generate_and_score_completions(self, inputs):
         if not self._dynamic_sampling_enabled():

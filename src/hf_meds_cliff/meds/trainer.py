@@ -19,7 +19,12 @@ from trl import GRPOTrainer
 from trl.trainer.utils import get_callable_name
 
 from .._activation_checkpointing import activation_checkpointing_disabled
-from ..checkpointing import CheckpointSafetyMixin, checkpoint_folder
+from ..checkpointing import (
+    CheckpointSafetyMixin,
+    checkpoint_folder,
+    load_optional_checkpoint_json,
+    save_checkpoint_json,
+)
 from ..code.reward import is_code_reward
 from ..correctness import binarize_trainer_correctness, check_trainer_correctness_reward, correctness_threshold
 from ..dapo import DynamicSamplingMixin
@@ -853,7 +858,32 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
             self.meds_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
         if self.args.meds_save_memory and self.args.should_save and self.meds_answer_memory is not None:
             self.meds_answer_memory.save(checkpoint_folder(self, trial) / MEMORY_DIRNAME)
+        # Every process its own totals (they count its own rows), so meds_summary() covers the whole run on resume.
+        save_checkpoint_json(checkpoint_folder(self, trial), self._meds_totals_name(), dict(self.meds_totals))
         super()._save_checkpoint(model, trial)
+
+    def _meds_totals_name(self) -> str:
+        return f"meds_totals.rank{self.accelerator.process_index}.json"
+
+    def _meds_load_totals(self, checkpoint: str) -> None:
+        """Restore this process's :attr:`meds_totals`; a checkpoint without them (written before they were saved)
+        resumes with a warning, and :meth:`meds_summary` then counts from the resume on."""
+        totals = load_optional_checkpoint_json(
+            os.path.join(checkpoint, self._meds_totals_name()),
+            "MEDS's totals of this process",
+            "(a checkpoint written before they were saved): meds_summary() counts from this resume on.",
+        )
+        if totals is None:
+            return
+        if not isinstance(totals, dict) or not all(
+            isinstance(value, (int, float)) and not isinstance(value, bool) for value in totals.values()
+        ):
+            raise ValueError(
+                f"{os.path.join(checkpoint, self._meds_totals_name())} holds {totals!r}, not counts by name: the "
+                "file was edited or damaged. Resume from another checkpoint, or delete the file to count from the "
+                "resume on."
+            )
+        self.meds_totals = Counter(totals)
 
     def _resume_method_files(self) -> tuple[str, ...]:
         # resume_from_checkpoint=True skips a checkpoint whose memory files are gone (unless an empty memory is allowed)
@@ -865,7 +895,10 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None or not self.args.meds_save_memory:
+        if checkpoint is None:
+            return
+        self._meds_load_totals(checkpoint)
+        if not self.args.meds_save_memory:
             return
         path = os.path.join(checkpoint, MEMORY_DIRNAME)
         try:
