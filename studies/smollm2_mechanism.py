@@ -26,7 +26,8 @@ checkpoints every 10 steps into ``<output_dir>/<name>/`` and resumes from the ne
 
 The report (``--report``) is recomputed from the results files only, mechanisms first: what MEDS, dynamic sampling,
 Cliff's split and the teacher did in every run (from the logged metrics), then the primary hypotheses (paired
-bootstrap over seeds and problems, Holm over 4), then pass@k beside the detectable difference of ``power.json``.
+bootstrap over seeds and problems, Holm over 4), then pass@k beside the detectable difference of ``power.json``,
+then which prompts each resumed training drew against an uninterrupted run (``smollm2_resume_order``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import smollm2_pilot  # noqa: E402  (this folder's modules)
+import smollm2_resume_order  # noqa: E402
 import smollm2_study  # noqa: E402
 import study_common  # noqa: E402
 from learning_report import verdict  # noqa: E402
@@ -668,6 +670,7 @@ def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPL
         lines += ["## Failed runs (run twice, reported, not replaced)", ""]
         lines += [f"- `{name}`: {errors}" for name, errors in analysis["failed"].items()]
         lines.append("")
+    lines += smollm2_resume_order.report_lines(smollm2_resume_order.recompute(results))
     lines += smollm2_study.provenance_lines(runs, (BASE, *ARMS))
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines) + "\n")
