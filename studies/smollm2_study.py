@@ -686,7 +686,8 @@ def beside(runs, seeds) -> list[str]:
 
 def provenance_lines(runs, arms=(BASE, *ARMS)) -> list[str]:
     """Where and how each results file was made, read from the files: the machine records (one line per distinct
-    record, CPU flags compared whole), the commands, and each run's start, end and training minutes."""
+    record, CPU flags compared whole), the commands, each run's start, end and training minutes, and where each of its
+    training segments started (step 0, or the checkpoint it resumed from)."""
     records = [(arm, s, r) for arm in arms for s, r in sorted(runs.get(arm, {}).items())]
     machines: dict[str, list[str]] = {}
     for arm, s, r in records:
@@ -705,12 +706,15 @@ def provenance_lines(runs, arms=(BASE, *ARMS)) -> list[str]:
             f"{m.get('python')}, torch {m.get('torch')} ({m.get('torch_threads')} thread), trl {m.get('trl')}, "
             f"transformers {m.get('transformers')}."
         )
-    header = "| file | command | started (UTC) | finished (UTC) | training minutes (last segment) | training segments |"
+    header = ("| file | command | started (UTC) | finished (UTC) | training minutes (last segment) | training segments "
+              "(where each started) |")
     lines += ["", header, "|---|---|---|---|---|---|"]
     for arm, s, r in records:
         seconds = r.get("train_seconds_last_segment")
         minutes = f"{seconds / 60:.1f}" if isinstance(seconds, (int, float)) else "–"
-        segments = len(r.get("training_segments") or []) or "–"
+        starts = ["step 0" if g.get("resumed_from") is None else f"`{g['resumed_from']}`"
+                  for g in r.get("training_segments") or []]  # fmt: skip
+        segments = f"{len(starts)}: {', '.join(starts)}" if starts else "–"
         command = r.get("command", "not recorded")
         lines.append(
             f"| `{arm}-seed{s}.json` | `{command}` | {r.get('started', '–')} | {r.get('finished', '–')} | "

@@ -240,6 +240,7 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert "pass@1 5.0 points (simulated), 4.0 (analytic); pass@8 beyond the grid points" in text
     assert "incomplete seeds (not analysed): [3]" in text and "do not all come from one version" not in text
     assert "## Prompts after a resume\n\nNo training resumed from a checkpoint" in text  # no training_segments here
+    assert "| `grpo-seed0.json` | `run grpo 0` | t0 | t1 | – | – |" in text
     record = json.loads((results / "grpo-seed1.json").read_text())
     (results / "grpo-seed1.json").write_text(json.dumps({**record, "code_commit": "d"}))
     study.write_report(results, report, resamples=99)

@@ -196,7 +196,7 @@ def test_report_reproduces_hand_computed_bootstrap_and_holm(tmp_path):
     assert "**The runs come from 2 different machine records.**" in text
     assert "- Machine of 14 file(s): CPU A, 2 cores (2 CPU flags" in text and "- Machine of 1 file(s)" in text
     assert "torch 2.13.0+cpu (1 thread), trl 1.16.0, transformers 5.24.0" in text
-    assert "| `cliff-seed1.json` | `python run cliff 1` | t0 | t1 | 1.5 | 1 |" in text
+    assert "| `cliff-seed1.json` | `python run cliff 1` | t0 | t1 | 1.5 | 1: step 0 |" in text
 
 
 def test_a_run_that_fails_twice_is_recorded_and_not_tried_again(tmp_path, monkeypatch):
