@@ -613,7 +613,24 @@ def mechanism_lines(analysis: dict) -> list[str]:
                 f"{_fmt(m.get('teacher_verifier_agreement_mean'))} |"
             )
         lines.append("")
+    lines += RECOMPUTE
     return lines
+
+
+RECOMPUTE = [
+    "To recompute a row from its results file (`<arm>-seed<s>.json`): take the entries of `history` that have a "
+    "`loss` (one per training step). TRL logs each count as the mean over the step's generation calls, and dynamic "
+    "sampling makes one call per round, so a step's count is the logged value times `dynamic_sampling/rounds` (1 "
+    "without dynamic sampling); a row's count is the sum over the steps, rounded. MEDS: `meds/groups_mixed`, "
+    "`meds/groups_revisited`, `meds/groups_differentiated`, `meds/rollouts_shaped`, `meds/rollouts_penalised`; the "
+    "first step is the first whose `meds/groups_differentiated` is above 0. Cliff: the sum of `cliff/split_rollouts`; "
+    "after token 0, the sum of `cliff/split_rollouts` × (1 − `cliff/split_at_token0_fraction`); the mean split token, "
+    "the sum of `cliff/split_rollouts` × `cliff/split_token_mean` over the total. For example, in Python: "
+    "`h = [r for r in json.load(open(f))['history'] if 'loss' in r]; "
+    "round(sum(r['meds/groups_differentiated'] * r.get('dynamic_sampling/rounds', 1) for r in h))`.",
+    "",
+]
+"""How to recompute the mechanism tables by hand (``mechanism`` is the code)."""
 
 
 def hypothesis_table(rows: list[dict], adjusted: bool) -> list[str]:

@@ -233,7 +233,7 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert secondary["meds_ds−dapo_ds pass@1"]["difference"] == 0.0
     assert analysis["mechanisms"]["meds_ds"]["0"]["groups_differentiated"] == 1  # 0.5 a round x 2 rounds
     text = report.read_text()
-    assert text.index("## What each mechanism did") < text.index("## Primary hypotheses")
+    assert text.index("## What each mechanism did") < text.index("To recompute a row") < text.index("## Primary")
     assert "| `meds_ds` seed 0 | 2 | 2 | 1 | 0.50 | 1 | 16 | 2 | 0.0100 (0.0100) | 2.00 (2) |" in text
     assert "| M1 | `meds_ds` − `dapo_ds` | pool | agreement | < 0 | 3 | 4 |" in text and "*reversed*" in text
     assert "| C1 | `cliff` − `grpo` | heldout | agreement | ≠ 0 | 3 | 3 |" in text
