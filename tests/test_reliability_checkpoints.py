@@ -88,10 +88,9 @@ def _kill_at(stage, monkeypatch, trainer, method_module, method_file):
         raise Killed(stage)
 
     if stage == "method_state":
-        # meds/memory.py writes with write_atomically, cliff/trainer.py with write_json_atomically
-        attribute = (
-            "write_atomically" if hasattr(method_module, "write_atomically") else "write_json_atomically"
-        )
+        # meds/memory.py writes with its imported write_atomically; the Cliff trainer through checkpointing's own
+        # (save_checkpoint_json -> write_json_atomically -> write_atomically)
+        attribute = "write_atomically"
         real = getattr(method_module, attribute)
 
         def kill_on_method_file(path, *args, **kwargs):
@@ -193,14 +192,14 @@ def _cliff_trainer(output_dir, **overrides):
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_cliff_kill_at_each_stage_of_a_checkpoint_then_resume(tmp_path, monkeypatch, stage):
-    import hf_meds_cliff.cliff.trainer as cliff_trainer_module
+    import hf_meds_cliff.checkpointing as cliff_writer_module  # the Cliff trainer saves with save_checkpoint_json
 
     trainer = _cliff_trainer(tmp_path / "run")
     trainer.cliff_judge.references["p1"] = "first"
     _save(trainer, 1)
     trainer.cliff_judge.references["p2"] = "second"
     with monkeypatch.context() as patch:
-        _kill_at(stage, patch, trainer, cliff_trainer_module, "cliff_state.json")
+        _kill_at(stage, patch, trainer, cliff_writer_module, "cliff_state.json")
         with pytest.raises(Killed):
             _save(trainer, 2)
 

@@ -20,8 +20,7 @@ from ..checkpointing import (
     CheckpointSafetyMixin,
     checkpoint_folder,
     read_json_file,
-    remove_stale_temporaries,
-    write_json_atomically,
+    save_checkpoint_json,
 )
 from ..correctness import binarize_trainer_correctness, check_trainer_correctness_reward, correctness_threshold
 from ..dapo import DynamicSamplingMixin
@@ -640,10 +639,8 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         # without the caches.
         if self.args.should_save:
             folder = checkpoint_folder(self, trial)
-            folder.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(folder, (CLIFF_STATE_NAME, TEACHER_COST_NAME))
-            write_json_atomically(folder / CLIFF_STATE_NAME, self.cliff_judge.state_dict())
-            write_json_atomically(folder / TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
+            save_checkpoint_json(folder, CLIFF_STATE_NAME, self.cliff_judge.state_dict())
+            save_checkpoint_json(folder, TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
         super()._save_checkpoint(model, trial)
 
     def _resume_method_files(self) -> tuple[str, ...]:
