@@ -49,6 +49,19 @@ def toy_policy_path() -> Path:
     return toy_policy()
 
 
+@pytest.fixture(scope="session")
+def untrained_tiny_policy(tmp_path_factory) -> Path:
+    """Folder of an untrained toy policy (seed 0) and its tokenizer: for tests of the trainers' machinery whose
+    rewards do not depend on what the policy samples."""
+    from hf_meds_cliff.toy.model import build_toy_model
+    from hf_meds_cliff.toy.tokenizer import build_toy_tokenizer
+
+    path = tmp_path_factory.mktemp("untrained_tiny_policy")
+    tokenizer = build_toy_tokenizer(path)
+    build_toy_model(tokenizer, seed=0).save_pretrained(path)
+    return path
+
+
 TOY_POLICY_FIXTURES = {"toy_policy_path", "toy_model_path"}
 """Fixtures that hand a test the warmed-up toy policy (``toy_model_path`` of test_evaluation.py looks it up)."""
 

@@ -48,14 +48,8 @@ def test_an_unshuffled_sampler_is_unchanged():
 
 
 @pytest.fixture(scope="module")
-def tiny_policy(tmp_path_factory):
-    from hf_meds_cliff.toy.model import build_toy_model
-    from hf_meds_cliff.toy.tokenizer import build_toy_tokenizer
-
-    path = tmp_path_factory.mktemp("tiny_policy")
-    tokenizer = build_toy_tokenizer(path)
-    build_toy_model(tokenizer, seed=0).save_pretrained(path)
-    return path
+def tiny_policy(untrained_tiny_policy):
+    return untrained_tiny_policy
 
 
 class RecordingReward:
