@@ -295,6 +295,27 @@ def test_dapo_run_and_resume_give_the_same_cluster_sizes(toy_policy_path, tmp_pa
     assert resumed.meds_summary() == uninterrupted.meds_summary()
 
 
+def test_missing_or_damaged_meds_totals_resume_with_a_warning(toy_policy_path, tmp_path, caplog):
+    import logging
+
+    trainer = _trainer(toy_policy_path, _config(tmp_path / "run"))
+    trainer.meds_totals.update({"groups_mixed": 3})
+    checkpoint = tmp_path / "checkpoint-1"
+    checkpoint.mkdir()
+    for content in (None, '["not", "counts"]', '{"groups_mixed": true}'):
+        if content is not None:
+            (checkpoint / "meds_totals.rank0.json").write_text(content)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hf_meds_cliff"):
+            trainer._meds_load_totals(str(checkpoint))
+        assert "MEDS's totals of this process not restored" in caplog.text
+        assert "meds_summary() counts from this resume on" in caplog.text
+        assert trainer.meds_totals == {"groups_mixed": 3}
+    (checkpoint / "meds_totals.rank0.json").write_text('{"groups_mixed": 5, "groups_revisited": 2}')
+    trainer._meds_load_totals(str(checkpoint))
+    assert trainer.meds_totals == {"groups_mixed": 5, "groups_revisited": 2}
+
+
 def test_config_validation_names_the_bad_value(tmp_path):
     with pytest.raises(ValueError, match="meds_penalty_target='bad'"):
         _config(tmp_path, meds_penalty_target="bad")

@@ -323,7 +323,7 @@ def load_optional_checkpoint_json(path: str | os.PathLike, what: str, consequenc
     try:
         return read_json_file(path, fix="")
     except ValueError as error:
-        logger.warning("%s not restored (%s) %s", what, str(error).strip(), consequence)
+        logger.warning("%s not restored: %s %s", what, str(error).strip(), consequence)
         return None
 
 

@@ -290,14 +290,17 @@ class DynamicSamplingMixin:
         state = load_optional_checkpoint_json(
             os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE_NAME),
             "Dynamic sampling's prompt order",
-            "(a checkpoint written before it was saved): the extra rounds start again at their first pass, so this "
-            "run's extra prompts differ from an uninterrupted run's.",
+            "The extra rounds start again at their first pass, so this run's extra prompts differ from an "
+            "uninterrupted run's (checkpoints written before the order was saved resume like this).",
         )
         if state is None:
             return
         passes, cursor = (state.get(key) if isinstance(state, dict) else None for key in ("passes_started", "cursor"))
-        if not (isinstance(passes, int) and isinstance(cursor, int) and passes >= 0 and 0 <= cursor <= len(
-                self.train_dataset) and (passes > 0 or cursor == 0)):  # fmt: skip
+        valid = (
+            isinstance(passes, int) and isinstance(cursor, int) and passes >= 0
+            and 0 <= cursor <= len(self.train_dataset) and (passes > 0 or cursor == 0)
+        )  # fmt: skip
+        if not valid:
             raise ValueError(
                 f"{os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE_NAME)} holds {state!r}, not a pass count and a "
                 f"cursor within this run's {len(self.train_dataset)} prompts: the file was edited, or the checkpoint "

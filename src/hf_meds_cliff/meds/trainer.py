@@ -866,23 +866,20 @@ class MEDSGRPOTrainer(DynamicSamplingMixin, MethodModelCardMixin, CheckpointSafe
         return f"meds_totals.rank{self.accelerator.process_index}.json"
 
     def _meds_load_totals(self, checkpoint: str) -> None:
-        """Restore this process's :attr:`meds_totals`; a checkpoint without them (written before they were saved)
-        resumes with a warning, and :meth:`meds_summary` then counts from the resume on."""
-        totals = load_optional_checkpoint_json(
-            os.path.join(checkpoint, self._meds_totals_name()),
-            "MEDS's totals of this process",
-            "(a checkpoint written before they were saved): meds_summary() counts from this resume on.",
-        )
+        """Restore this process's :attr:`meds_totals`. They only feed :meth:`meds_summary`, never training: a
+        checkpoint without them (written before they were saved) or with a damaged file resumes with a warning, and
+        the summary counts from the resume on."""
+        path = os.path.join(checkpoint, self._meds_totals_name())
+        consequence = "meds_summary() counts from this resume on."
+        totals = load_optional_checkpoint_json(path, "MEDS's totals of this process", consequence)
         if totals is None:
             return
         if not isinstance(totals, dict) or not all(
             isinstance(value, (int, float)) and not isinstance(value, bool) for value in totals.values()
         ):
-            raise ValueError(
-                f"{os.path.join(checkpoint, self._meds_totals_name())} holds {totals!r}, not counts by name: the "
-                "file was edited or damaged. Resume from another checkpoint, or delete the file to count from the "
-                "resume on."
-            )
+            logger.warning("MEDS's totals of this process not restored: %s holds %r, not counts by name. %s",
+                           path, totals, consequence)  # fmt: skip
+            return
         self.meds_totals = Counter(totals)
 
     def _resume_method_files(self) -> tuple[str, ...]:
