@@ -687,7 +687,7 @@ def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPL
         lines += ["## Failed runs (run twice, reported, not replaced)", ""]
         lines += [f"- `{name}`: {errors}" for name, errors in analysis["failed"].items()]
         lines.append("")
-    lines += smollm2_resume_order.report_lines(smollm2_resume_order.recompute(results))
+    lines += smollm2_resume_order.report_lines(smollm2_resume_order.recompute(runs))
     lines += smollm2_study.provenance_lines(runs, (BASE, *ARMS))
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines) + "\n")

@@ -168,10 +168,9 @@ def compare(record: dict) -> dict | None:
     }
 
 
-def recompute(results: Path) -> dict:
-    from smollm2_mechanism import load_results
-
-    runs, _ = load_results(results)
+def recompute(runs: dict[str, dict[int, dict]]) -> dict:
+    """Every trained file's comparison, from the study's loaded results (``runs[arm][seed]``, as
+    ``smollm2_mechanism.load_results`` gives them)."""
     files = {
         f"{arm}-seed{seed}": compared
         for arm, by_seed in sorted(runs.items())
@@ -216,10 +215,11 @@ def main(argv=None) -> int:
     results = Path(args.results)
     out = Path(args.out) if args.out else results / OUTPUT_NAME
     import smollm2_study  # the provenance helper (machine, versions, command) of the studies
+    from smollm2_mechanism import load_results  # (imports this module: loaded here, not at the top)
 
     from hf_meds_cliff.checkpointing import write_json_atomically
 
-    recomputed = {**recompute(results), **smollm2_study.provenance(sys.argv)}
+    recomputed = {**recompute(load_results(results)[0]), **smollm2_study.provenance(sys.argv)}
     write_json_atomically(out, recomputed, indent=1)
     print("\n".join(report_lines(recomputed)))
     return 0
