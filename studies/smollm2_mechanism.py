@@ -651,6 +651,144 @@ def hypothesis_table(rows: list[dict], adjusted: bool) -> list[str]:
     return lines
 
 
+def _share_text(part: int, whole: int) -> str:
+    return f"{part} of {whole} ({100 * part / whole:.0f} %)" if whole else f"{part} of 0"
+
+
+def mechanism_reading(mechanisms: dict) -> list[str]:
+    """The pilot's two manipulation checks on every study run (``smollm2_pilot.MEDS_CHECK``, ``CLIFF_CHECK``)."""
+    lines = []
+    meds = mechanisms.get("meds_ds", {})
+    if meds:
+        parts, met = [], 0
+        for s, m in meds.items():
+            revisited, differentiated = m.get("groups_revisited") or 0, m.get("groups_differentiated") or 0
+            met += bool(revisited) and differentiated / revisited >= smollm2_pilot.MEDS_CHECK
+            parts.append(f"seed {s}: {_share_text(differentiated, revisited)}")
+        shift = max((m.get("advantage_shift_max") or 0.0) for m in meds.values())
+        lines.append(
+            f"- MEDS acted in {met} of {len(meds)} `meds_ds` runs by the pilot's check (at least "
+            f"{100 * smollm2_pilot.MEDS_CHECK:.0f} % of the mixed groups that met their prompt's stored wrong rollouts "
+            f"were differentiated): {'; '.join(parts)}. The largest change of the advantages in one step "
+            f"(`meds/advantage_shift`) was {shift:.4f}."
+        )
+    for arm, use in (("cliff", "used for the token advantages"), ("grpo_teacher", "logged, not used")):
+        runs = mechanisms.get(arm, {})
+        if not runs:
+            continue
+        parts, met = [], 0
+        for s, m in runs.items():
+            total, after = m.get("split_rollouts") or 0, m.get("split_after_token0") or 0
+            met += bool(total) and after / total >= smollm2_pilot.CLIFF_CHECK
+            mean = _fmt(m.get("split_token_mean"), 1)
+            parts.append(f"seed {s}: {_share_text(after, total)}, mean split token {mean}")
+        lines.append(
+            f"- Cliff's split ({use}) fell after token 0 in at least {100 * smollm2_pilot.CLIFF_CHECK:.0f} % of the "
+            f"split wrong rollouts (the pilot's check) in {met} of {len(runs)} `{arm}` runs: {'; '.join(parts)}."
+        )
+    return lines
+
+
+def _what(row: dict) -> str:
+    metric = "wrong-answer agreement" if row["metric"] == "agreement" else row["metric"]
+    split = "the training pool" if row["split"] == "pool" else "the held-out set"
+    return f"`{row['arm']}` − `{row['baseline']}`, {metric} on {split}"
+
+
+def hypothesis_reading(row: dict, adjusted: bool, detectable: str = "") -> str:
+    """One sentence that claims exactly what the row's verdict supports."""
+    if not row["seeds"]:
+        return f"- {row['name']}: not shown; it could not be computed (no seed has the base model and every arm)."
+    if not row["problems"]:
+        return (f"- {row['name']}: not shown; it could not be computed ({_what(row)}): no problem had at least 2 wrong "
+                f"samples in every run of both arms, so none entered.")  # fmt: skip
+    p = f"Holm p {row['holm_p']:.3g}" if adjusted else f"p {row['p']:.3g}, unadjusted"
+    numbers = (f"{_what(row)}: {_points(row['difference'])} points, 95 % CI [{_points(row['ci_low'])}, "
+               f"{_points(row['ci_high'])}], {p}")  # fmt: skip
+    if row["verdict"] == "not shown":
+        return (f"- {row['name']}: not shown ({numbers}). This is not a claim that the two are equal: the study could "
+                f"not tell them apart.{detectable}")  # fmt: skip
+    if row["direction"]:
+        claim = "holds, as predicted" if row["verdict"] == "holds" else "reversed, against the prediction"
+    else:
+        claim = f"{row['verdict']} in `{row['arm']}` (two-sided)"
+    return (f"- {row['name']}: {claim} ({numbers}), on SmolLM2-135M-Instruct and this problem family, over "
+            f"{len(row['seeds'])} seed(s) and {row['problems']} problems.")  # fmt: skip
+
+
+def machine_reading(runs: dict, hypotheses) -> list[str]:
+    """Which CPUs made the files, and whether any compared pair (one seed, arm and baseline) spans two machines."""
+    cpus: dict[str, list[str]] = {}
+    for arm, by_seed in runs.items():
+        for s, r in sorted(by_seed.items()):
+            cpus.setdefault(str((r.get("machine") or {}).get("cpu")), []).append(f"{arm}-seed{s}")
+    line = "- The files come from " + "; ".join(
+        f"{cpu} ({len(names)} file{'s' if len(names) != 1 else ''})" for cpu, names in cpus.items()
+    ) + "."
+    crossing = sorted({
+        f"{h.name} seed {s}"
+        for h in hypotheses
+        for s in set(runs.get(h.arm, {})) & set(runs.get(h.baseline, {}))
+        if json.dumps(runs[h.arm][s].get("machine"), sort_keys=True)
+        != json.dumps(runs[h.baseline][s].get("machine"), sort_keys=True)
+    })
+    if len(cpus) > 1:
+        line += (" In every compared pair (one seed, the arm and its baseline) both runs come from the same machine "
+                 "record." if not crossing else f" Pairs whose two runs come from different machine records: "
+                 f"{', '.join(crossing)}.")  # fmt: skip
+        line += " The study did not test whether the machine changes a run's numbers."
+    return [line]
+
+
+def resume_reading(recomputed: dict) -> list[str]:
+    files = recomputed["files"]
+    resumed = [name for name, f in files.items() if f["resumed_from_steps"]]
+    if not resumed:
+        return []
+    other = [name for name in resumed if files[name]["steps_with_other_prompts"]]
+    return [
+        f"- {len(resumed)} of {len(files)} trainings resumed from a checkpoint ({', '.join(f'`{n}`' for n in resumed)}"
+        f"); {len(other)} of them trained on other prompts from the resume on than an uninterrupted run would "
+        "(\"Prompts after a resume\"). The comparisons above take every run as it ran."
+    ]
+
+
+def _wrong_problems(evaluation: dict) -> int:
+    return sum(sum(answers.values()) >= 2 for answers in evaluation["wrong_answers"])
+
+
+def reading_lines(analysis: dict, runs: dict, recomputed: dict, power: dict | None, settings: "Settings") -> list[str]:
+    """The report's reading, generated from the numbers above it: mechanisms first, then each hypothesis."""
+    lines = ["## Reading (generated; each line claims what its count or verdict supports, no more)", ""]
+    lines += mechanism_reading(analysis["mechanisms"])
+    for row in analysis["primary"]:
+        lines.append(hypothesis_reading(row, adjusted=True))
+        if row["seeds"] and not row["problems"] and row["metric"] == "agreement":
+            lines[-1] += " Problems with at least 2 wrong samples, per run: " + "; ".join(
+                f"`{arm}` seed {s} {_wrong_problems(runs[arm][s][row['split']])} of "
+                f"{len(runs[arm][s][row['split']]['wrong_answers'])}"
+                for arm in (row["arm"], row["baseline"])
+                for s in row["seeds"]
+            ) + "."
+    for row in analysis["secondary"]:
+        m = (power or {}).get("metrics", {}).get(row["metric"])
+        detectable = ""
+        if m:
+            simulated = f"{100 * m['simulated_mde']:.1f}" if m["simulated_mde"] else "beyond the grid"
+            detectable = (f" At 80 % power it could detect a difference of about {simulated} points (simulated; "
+                          f"{100 * m['analytic_mde_by_seed_sd']['0.02']:.1f} analytic), `power.json`.")  # fmt: skip
+        lines.append(hypothesis_reading(row, adjusted=False, detectable=detectable))
+    lines += resume_reading(recomputed)
+    lines += machine_reading(runs, (*PRIMARY, *SECONDARY))
+    lines += [
+        f"- Scope: SmolLM2-135M-Instruct in float32 on CPU, one problem family (`{settings.design}`), "
+        f"{settings.pool_size} training prompts, {settings.steps} steps, seeds {analysis['seeds']}. Nothing here "
+        "is evidence about Qwen-class models or the papers' settings.",
+        "",
+    ]
+    return lines
+
+
 def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPLES) -> dict:
     analysis = analyse(results, resamples)
     runs, _ = load_results(results)
@@ -687,7 +825,9 @@ def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPL
         lines += ["## Failed runs (run twice, reported, not replaced)", ""]
         lines += [f"- `{name}`: {errors}" for name, errors in analysis["failed"].items()]
         lines.append("")
-    lines += smollm2_resume_order.report_lines(smollm2_resume_order.recompute(runs))
+    recomputed = smollm2_resume_order.recompute(runs)
+    lines += reading_lines(analysis, runs, recomputed, power, STUDY)
+    lines += smollm2_resume_order.report_lines(recomputed)
     lines += smollm2_study.provenance_lines(runs, (BASE, *ARMS))
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(lines) + "\n")

@@ -206,9 +206,12 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     history = _history([{"dynamic_sampling/rounds": 2.0, "meds/groups_mixed": 1.0, "meds/groups_revisited": 1.0,
                          "meds/groups_differentiated": 0.5, "meds/rollouts_shaped": 8.0,
                          "meds/rollouts_penalised": 1.0, "meds/advantage_shift": 0.01}])  # fmt: skip
+    split = {"cliff": 0.5, "grpo_teacher": 1.0}  # share of the 4 split wrong rollouts at token 0
     for seed in (0, 1, 2):
         for arm, correct in counts.items():
-            _write(results, arm, seed, correct, _same(correct))
+            cliff = _history([{"cliff/split_rollouts": 4.0, "cliff/split_at_token0_fraction": split[arm],
+                               "cliff/split_token_mean": 3.0, "cliff/prefix_fraction": 0.2}]) if arm in split else ()
+            _write(results, arm, seed, correct, _same(correct), cliff)
         _write(results, "meds_ds", seed, counts["dapo_ds"], _distinct(counts["dapo_ds"]), history)
     _write(results, BASE, 3, counts[BASE], _same(counts[BASE]))  # seed 3 incomplete: not analysed
     (results / "power.json").write_text(json.dumps({"metrics": {
@@ -241,10 +244,62 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert "incomplete seeds (not analysed): [3]" in text and "do not all come from one version" not in text
     assert "## Prompts after a resume\n\nNo training resumed from a checkpoint" in text  # no training_segments here
     assert "| `grpo-seed0.json` | `run grpo 0` | t0 | t1 | – | – |" in text
+    # the reading, generated from the numbers above it
+    reading = text[text.index("## Reading"):text.index("## Prompts after a resume")]
+    assert ("- MEDS acted in 3 of 3 `meds_ds` runs by the pilot's check (at least 5 % of the mixed groups that met "
+            "their prompt's stored wrong rollouts were differentiated): seed 0: 1 of 2 (50 %); seed 1: 1 of 2 (50 %); "
+            "seed 2: 1 of 2 (50 %). The largest change of the advantages in one step (`meds/advantage_shift`) was "
+            "0.0100.") in reading  # fmt: skip
+    assert "after token 0 in at least 25 % of the split wrong rollouts (the pilot's check) in 3 of 3 `cliff` runs: " \
+           "seed 0: 2 of 4 (50 %), mean split token 3.0;" in reading
+    assert "in 0 of 3 `grpo_teacher` runs: seed 0: 0 of 4 (0 %)" in reading
+    assert ("- M1: holds, as predicted (`meds_ds` − `dapo_ds`, wrong-answer agreement on the training pool: -100.0 "
+            "points, 95 % CI [-100.0, -100.0], Holm p 0.008), on SmolLM2-135M-Instruct and this problem family, over "
+            "3 seed(s) and 4 problems.") in reading  # fmt: skip
+    t1 = "- T1: reversed, against the prediction (`cliff` − `grpo_teacher`, pass@1 on the held-out set: -12.5"
+    assert t1 in reading
+    assert "- C1: not shown (`cliff` − `grpo`, wrong-answer agreement on the held-out set: +0.0 points" in reading
+    assert ("- meds_ds−dapo_ds pass@1: not shown (`meds_ds` − `dapo_ds`, pass@1 on the held-out set: +0.0 points, "
+            "95 % CI [+0.0, +0.0], p 1, unadjusted). This is not a claim that the two are equal: the study could not "
+            "tell them apart. At 80 % power it could detect a difference of about 5.0 points (simulated; 4.0 "
+            "analytic), `power.json`.") in reading  # fmt: skip
+    assert "- The files come from CPU A (19 files).\n" in reading and "resumed from a checkpoint" not in reading
+    assert "16 training prompts, 40 steps, seeds [0, 1, 2]." in reading
     record = json.loads((results / "grpo-seed1.json").read_text())
-    (results / "grpo-seed1.json").write_text(json.dumps({**record, "code_commit": "d"}))
+    (results / "grpo-seed1.json").write_text(json.dumps({**record, "code_commit": "d", "machine": {"cpu": "CPU B"}}))
     study.write_report(results, report, resamples=99)
-    assert "do not all come from one version of the code" in report.read_text()
+    text = report.read_text()
+    assert "do not all come from one version of the code" in text
+    assert ("- The files come from CPU A (18 files); CPU B (1 file). Pairs whose two runs come from different "
+            "machine records: C1 seed 1, cliff−grpo pass@1 seed 1, cliff−grpo pass@8 seed 1.") in text
+
+
+def test_reading_counts_the_resumed_trainings():
+    recomputed = {"files": {"a-seed0": {"resumed_from_steps": [10], "steps_with_other_prompts": 3},
+                            "b-seed0": {"resumed_from_steps": [20], "steps_with_other_prompts": 0},
+                            "c-seed0": {"resumed_from_steps": [], "steps_with_other_prompts": 0}}}  # fmt: skip
+    assert study.resume_reading(recomputed) == [
+        "- 2 of 3 trainings resumed from a checkpoint (`a-seed0`, `b-seed0`); 1 of them trained on other prompts "
+        'from the resume on than an uninterrupted run would ("Prompts after a resume"). The comparisons above take '
+        "every run as it ran."
+    ]
+    assert study.resume_reading({"files": {"c-seed0": recomputed["files"]["c-seed0"]}}) == []
+
+
+def test_reading_says_why_a_hypothesis_could_not_be_computed():
+    row = {"name": "M1", "arm": "meds_ds", "baseline": "dapo_ds", "metric": "agreement", "split": "pool",
+           "seeds": [0, 1], "problems": 0, "direction": -1}  # fmt: skip
+    assert study.hypothesis_reading(row, adjusted=True) == (
+        "- M1: not shown; it could not be computed (`meds_ds` − `dapo_ds`, wrong-answer agreement on the training "
+        "pool): no problem had at least 2 wrong samples in every run of both arms, so none entered."
+    )
+    assert "no seed has the base model and every arm" in study.hypothesis_reading({**row, "seeds": []}, adjusted=True)
+    runs = {"meds_ds": {0: {"pool": {"wrong_answers": [{"7": 1}, {"7": 2}]}, "machine": {"cpu": "A"}}},
+            "dapo_ds": {0: {"pool": {"wrong_answers": [{}, {"a": 1, "b": 1}]}, "machine": {"cpu": "A"}}}}  # fmt: skip
+    analysis = {"mechanisms": {}, "primary": [{**row, "seeds": [0]}], "secondary": [], "seeds": [0]}
+    lines = study.reading_lines(analysis, runs, {"files": {}}, None, STUDY)
+    assert lines[2].endswith("so none entered. Problems with at least 2 wrong samples, per run: `meds_ds` seed 0 1 of "
+                             "2; `dapo_ds` seed 0 1 of 2.")  # fmt: skip
 
 
 def test_screen_samples_problem_i_with_seed_i_minus_1(monkeypatch):
