@@ -54,6 +54,8 @@ import study_common  # noqa: E402
 from learning_report import verdict  # noqa: E402
 from study_common import bootstrap_difference, holm, utc_now  # noqa: E402
 
+from hf_meds_cliff.meds.idle import NO_EFFECT_SHIFT  # noqa: E402
+
 logger = logging.getLogger("smollm2_mechanism")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -496,6 +498,13 @@ def mechanism(record: dict) -> dict:
         out["first_differentiating_step"] = next(
             (h["step"] for h in steps if _per_step_total(h, "meds/groups_differentiated") > 0), None
         )
+        out["steps_shift_above_idle"] = sum(shift > NO_EFFECT_SHIFT for shift in shifts)
+        config = record.get("config") or {}
+        if "generation_batch_size" in config and any("meds/frac_groups_differentiated" in h for h in steps):
+            groups_per_call = int(config["generation_batch_size"]) // int(config["num_generations"])
+            out["groups_unequal_penalties"] = round(
+                sum(_per_step_total(h, "meds/frac_groups_differentiated") * groups_per_call for h in steps)
+            )
     if any("cliff/split_rollouts" in h for h in steps):
         split = [(h["cliff/split_rollouts"], h["cliff/split_at_token0_fraction"], h["cliff/split_token_mean"])
                  for h in steps if h.get("cliff/split_rollouts")]  # fmt: skip
@@ -506,9 +515,13 @@ def mechanism(record: dict) -> dict:
         prefix = [h["cliff/prefix_fraction"] for h in steps
                   if h.get("cliff/prefix_fraction") is not None and not math.isnan(h["cliff/prefix_fraction"])]
         out["prefix_fraction_mean"] = statistics.mean(prefix) if prefix else None  # fmt: skip
-        agreement = [h["cliff/agreement"] for h in steps
-                     if h.get("cliff/agreement") is not None and not math.isnan(h["cliff/agreement"])]
-        out["teacher_verifier_agreement_mean"] = statistics.mean(agreement) if agreement else None  # fmt: skip
+        for key, name in (("cliff/agreement", "mistake_found_mean"),
+                          ("cliff/teacher_verifier_agreement", "teacher_verifier_agreement_mean")):  # fmt: skip
+            values = [h[key] for h in steps if h.get(key) is not None and not math.isnan(h[key])]
+            out[name] = statistics.mean(values) if values else None
+        if any("cliff/teacher_says_wrong_verifier_right" in h for h in steps):
+            for direction in ("teacher_says_wrong_verifier_right", "teacher_says_right_verifier_wrong"):
+                out[direction] = round(sum(h.get(f"cliff/{direction}") or 0.0 for h in steps))
     return out
 
 
@@ -574,20 +587,29 @@ def mechanism_lines(analysis: dict) -> list[str]:
     lines = ["## What each mechanism did (per run, from the logged metrics)", ""]
     meds = [(arm, s, m) for arm in ("meds_ds",) for s, m in analysis["mechanisms"].get(arm, {}).items()]
     if meds:
-        lines += ["MEDS: groups with right and wrong rollouts (mixed), those whose prompt had stored wrong rollouts "
-                  "(revisited), those whose wrong rollouts got different penalties (differentiated); rollouts "
-                  "shaped and penalised; the mean change of the advantages a step (`meds/advantage_shift`).", "",
+        lines += ["MEDS acts on the rollouts it shapes: graded, with an answer token (its features are read there), "
+                  "in a group that dynamic sampling keeps. Mixed: groups with a right and a wrong shaped rollout; "
+                  "revisited: those whose prompt had stored wrong rollouts; differentiated: those whose shaped wrong "
+                  "rollouts got different penalties (the pilot's check is differentiated over revisited); shaped and "
+                  "penalised rollouts. Beside them, from the advantage diagnostics over every row of a round: groups "
+                  "whose wrong rollouts got different penalties counting those MEDS did not shape (a wrong rollout "
+                  "without an answer token keeps penalty 0 beside penalised ones), and `meds/advantage_shift`, the "
+                  "mean over a round's rows of |advantage with the penalty − advantage without it|, logged per step "
+                  f"as the mean over its rounds: its mean over the steps, its largest value, and the steps above the "
+                  f"library's idle threshold ({NO_EFFECT_SHIFT:g}).", "",
                   "| run | mixed | revisited | differentiated | share of revisited | first step | shaped | "
-                  "penalised | advantage shift, mean (max) | DS rounds, mean (max) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "penalised | different penalties, all rows | advantage shift, mean (max) | steps above "
+                  f"{NO_EFFECT_SHIFT:g} | DS rounds, mean (max) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for arm, s, m in meds:
             share = m["groups_differentiated"] / m["groups_revisited"] if m.get("groups_revisited") else None
             lines.append(
                 f"| `{arm}` seed {s} | {_fmt(m.get('groups_mixed'))} | {_fmt(m.get('groups_revisited'))} | "
                 f"{_fmt(m.get('groups_differentiated'))} | {_fmt(share, 2)} | "
                 f"{_fmt(m.get('first_differentiating_step'))} | {_fmt(m.get('rollouts_shaped'))} | "
-                f"{_fmt(m.get('rollouts_penalised'))} | {_fmt(m.get('advantage_shift_mean'), 4)}"
-                f" ({_fmt(m.get('advantage_shift_max'), 4)}) | {_fmt(m.get('ds_rounds_mean'), 2)} "
+                f"{_fmt(m.get('rollouts_penalised'))} | {_fmt(m.get('groups_unequal_penalties'))} | "
+                f"{_fmt(m.get('advantage_shift_mean'), 4)} ({_fmt(m.get('advantage_shift_max'), 4)}) | "
+                f"{_fmt(m.get('steps_shift_above_idle'))} of {m['steps']} | {_fmt(m.get('ds_rounds_mean'), 2)} "
                 f"({_fmt(m.get('ds_rounds_max'), 0)}) |"
             )
         lines.append("")
@@ -599,18 +621,25 @@ def mechanism_lines(analysis: dict) -> list[str]:
     by_arm = analysis["mechanisms"]
     cliff = [(arm, s, m) for arm in ("cliff", "grpo_teacher") for s, m in by_arm.get(arm, {}).items()]
     if cliff:
-        lines += ["Cliff's split over the wrong rollouts of its groups (judged, cached or truncated), and the exact "
-                  "teacher's agreement with the verifier. `grpo_teacher` computes the same split but gives every "
-                  "token of a rollout one advantage, so its split is logged, not used.", "",
+        lines += ["Cliff's split over the wrong rollouts of its groups (judged, cached or truncated). `grpo_teacher` "
+                  "computes the same split but gives every token of a rollout one advantage, so its split is logged, "
+                  "not used. The exact teacher: the share of the verifier-wrong rollouts it judged in which it found "
+                  "a mistake (`cliff/agreement`, mean over the steps); for `grpo_teacher`, whose outcome is the "
+                  "teacher's verdict on every rollout, the share of judged rollouts where that verdict equals the "
+                  "verifier's (`cliff/teacher_verifier_agreement`, mean over the steps) and the rollouts the teacher "
+                  "called wrong and the verifier right, and the reverse (sums).", "",
                   "| run | wrong rollouts split | after token 0 | share | mean split token | prefix fraction, mean | "
-                  "teacher–verifier agreement, mean |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "mistake found in verifier-wrong, mean | teacher = verifier, mean | teacher wrong, verifier right | "
+                  "teacher right, verifier wrong |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for arm, s, m in cliff:
             total = m.get("split_rollouts")
             share = m["split_after_token0"] / total if total else None
             lines.append(
                 f"| `{arm}` seed {s} | {_fmt(total)} | {_fmt(m.get('split_after_token0'))} | {_fmt(share, 2)} | "
                 f"{_fmt(m.get('split_token_mean'), 1)} | {_fmt(m.get('prefix_fraction_mean'))} | "
-                f"{_fmt(m.get('teacher_verifier_agreement_mean'))} |"
+                f"{_fmt(m.get('mistake_found_mean'))} | {_fmt(m.get('teacher_verifier_agreement_mean'))} | "
+                f"{_fmt(m.get('teacher_says_wrong_verifier_right'))} | "
+                f"{_fmt(m.get('teacher_says_right_verifier_wrong'))} |"
             )
         lines.append("")
     lines += RECOMPUTE
@@ -625,7 +654,10 @@ RECOMPUTE = [
     "`meds/groups_revisited`, `meds/groups_differentiated`, `meds/rollouts_shaped`, `meds/rollouts_penalised`; the "
     "first step is the first whose `meds/groups_differentiated` is above 0. Cliff: the sum of `cliff/split_rollouts`; "
     "after token 0, the sum of `cliff/split_rollouts` × (1 − `cliff/split_at_token0_fraction`); the mean split token, "
-    "the sum of `cliff/split_rollouts` × `cliff/split_token_mean` over the total. For example, in Python: "
+    "the sum of `cliff/split_rollouts` × `cliff/split_token_mean` over the total. Different penalties, all rows: the "
+    "sum of `meds/frac_groups_differentiated` × rounds × 2 (groups a round: `generation_batch_size` / "
+    "`num_generations` of the file's `config`). Means (advantage shift, prefix fraction, the teacher's shares) are "
+    "over the steps where the value is not NaN. For example, in Python: "
     "`h = [r for r in json.load(open(f))['history'] if 'loss' in r]; "
     "round(sum(r['meds/groups_differentiated'] * r.get('dynamic_sampling/rounds', 1) for r in h))`.",
     "",
@@ -655,6 +687,10 @@ def _share_text(part: int, whole: int) -> str:
     return f"{part} of {whole} ({100 * part / whole:.0f} %)" if whole else f"{part} of 0"
 
 
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def mechanism_reading(mechanisms: dict) -> list[str]:
     """The pilot's two manipulation checks on every study run (``smollm2_pilot.MEDS_CHECK``, ``CLIFF_CHECK``)."""
     lines = []
@@ -666,11 +702,14 @@ def mechanism_reading(mechanisms: dict) -> list[str]:
             met += bool(revisited) and differentiated / revisited >= smollm2_pilot.MEDS_CHECK
             parts.append(f"seed {s}: {_share_text(differentiated, revisited)}")
         shift = max((m.get("advantage_shift_max") or 0.0) for m in meds.values())
+        moved = _and([_fmt(m.get("steps_shift_above_idle")) for m in meds.values()])
+        steps = sorted({m["steps"] for m in meds.values()})
         lines.append(
             f"- MEDS acted in {met} of {len(meds)} `meds_ds` runs by the pilot's check (at least "
             f"{100 * smollm2_pilot.MEDS_CHECK:.0f} % of the mixed groups that met their prompt's stored wrong rollouts "
-            f"were differentiated): {'; '.join(parts)}. The largest change of the advantages in one step "
-            f"(`meds/advantage_shift`) was {shift:.4f}."
+            f"were differentiated): {'; '.join(parts)}. Its penalty moved the advantages (`meds/advantage_shift` "
+            f"above {NO_EFFECT_SHIFT:g}) in {moved} of {'/'.join(map(str, steps))} steps; the largest per-step value "
+            f"was {shift:.4f}."
         )
     for arm, use in (("cliff", "used for the token advantages"), ("grpo_teacher", "logged, not used")):
         runs = mechanisms.get(arm, {})
@@ -685,6 +724,15 @@ def mechanism_reading(mechanisms: dict) -> list[str]:
         lines.append(
             f"- Cliff's split ({use}) fell after token 0 in at least {100 * smollm2_pilot.CLIFF_CHECK:.0f} % of the "
             f"split wrong rollouts (the pilot's check) in {met} of {len(runs)} `{arm}` runs: {'; '.join(parts)}."
+        )
+    teacher = mechanisms.get("grpo_teacher", {})
+    if teacher and all("teacher_says_wrong_verifier_right" in m for m in teacher.values()):
+        wrong_right = _and([str(m["teacher_says_wrong_verifier_right"]) for m in teacher.values()])
+        right_wrong = _and([str(m["teacher_says_right_verifier_wrong"]) for m in teacher.values()])
+        lines.append(
+            f"- In `grpo_teacher` the outcome is the exact teacher's verdict. It called {wrong_right} rollouts wrong "
+            f"that the verifier graded right, and {right_wrong} right that the verifier graded wrong (seeds "
+            f"{_and(list(teacher))})."
         )
     return lines
 
@@ -797,9 +845,10 @@ def write_report(results: Path, report: Path, resamples: int = BOOTSTRAP_RESAMPL
     dirty = sorted({str(r.get("code_dirty")) for r in records})
     power_path = results / "power.json"
     power = json.loads(power_path.read_text()) if power_path.exists() else None
+    shown = results.resolve().relative_to(ROOT) if results.resolve().is_relative_to(ROOT) else results
     lines = [
         "# SmolLM2 mechanism study: results (generated by `python studies/smollm2_mechanism.py --report`)", "",
-        f"Recomputed from the files in `{results}`. Seeds analysed (base and every arm complete): "
+        f"Recomputed from the files in `{shown}`. Seeds analysed (base and every arm complete): "
         f"{analysis['seeds'] or 'none'}; incomplete seeds (not analysed): {analysis['incomplete_seeds'] or 'none'}. "
         f"Code of the runs (the newest commit that changed `src/`, `studies/` or `pyproject.toml`): {commits}; "
         f"local changes there: {dirty}. The rules are in `docs/smollm2_mechanism_study.md`.",

@@ -106,19 +106,22 @@ def _history(rows):
 
 
 def test_mechanism_counts_multiply_the_logged_means_by_the_rounds():
-    meds = {"history": _history([
+    meds = {"config": {"generation_batch_size": 32, "num_generations": 16}, "history": _history([
         {"dynamic_sampling/rounds": 1.0, "meds/groups_mixed": 2.0, "meds/groups_revisited": 0.0,
          "meds/groups_differentiated": 0.0, "meds/rollouts_shaped": 20.0, "meds/rollouts_penalised": 0.0,
-         "meds/advantage_shift": 0.0},
+         "meds/advantage_shift": 0.00005, "meds/frac_groups_differentiated": 0.5},
         {"dynamic_sampling/rounds": 3.0, "meds/groups_mixed": 1.0, "meds/groups_revisited": 2 / 3,
          "meds/groups_differentiated": 1 / 3, "meds/rollouts_shaped": 9.0, "meds/rollouts_penalised": 2.0,
-         "meds/advantage_shift": 0.02},
+         "meds/advantage_shift": 0.02, "meds/frac_groups_differentiated": 1 / 3},
     ]) + [{"train_runtime": 1.0}]}  # fmt: skip
     m = study.mechanism(meds)
     assert (m["groups_mixed"], m["groups_revisited"], m["groups_differentiated"]) == (5, 2, 1)
     assert (m["rollouts_shaped"], m["rollouts_penalised"], m["first_differentiating_step"]) == (47, 6, 2)
     assert (m["ds_rounds_mean"], m["ds_rounds_max"], m["steps"]) == (2.0, 3.0, 2)
-    assert math.isclose(m["advantage_shift_mean"], 0.01) and m["advantage_shift_max"] == 0.02
+    assert math.isclose(m["advantage_shift_mean"], 0.010025) and m["advantage_shift_max"] == 0.02
+    # 0.5 x 2 groups x 1 round + 1/3 x 2 groups x 3 rounds (a wrong rollout left unshaped counts here); one step
+    # above the idle threshold 1e-4
+    assert (m["groups_unequal_penalties"], m["steps_shift_above_idle"]) == (3, 1)
     cliff = {"history": _history([
         {"cliff/split_rollouts": 10.0, "cliff/split_at_token0_fraction": 0.2, "cliff/split_token_mean": 12.0,
          "cliff/prefix_fraction": 0.5, "cliff/agreement": 1.0},
@@ -130,7 +133,14 @@ def test_mechanism_counts_multiply_the_logged_means_by_the_rounds():
     c = study.mechanism(cliff)
     assert (c["split_rollouts"], c["split_after_token0"]) == (40, 23)  # 10 * 0.8 + 30 * 0.5
     assert math.isclose(c["split_token_mean"], (10 * 12 + 30 * 4) / 40)
-    assert math.isclose(c["prefix_fraction_mean"], 0.4) and math.isclose(c["teacher_verifier_agreement_mean"], 2.5 / 3)
+    assert math.isclose(c["prefix_fraction_mean"], 0.4) and math.isclose(c["mistake_found_mean"], 2.5 / 3)
+    assert c["teacher_verifier_agreement_mean"] is None and "teacher_says_wrong_verifier_right" not in c
+    for row, (agreement, wrong_right) in zip(cliff["history"], ((1.0, 0.0), (float("nan"), 0.0), (0.9, 3.0))):
+        row.update({"cliff/teacher_verifier_agreement": agreement, "cliff/teacher_says_wrong_verifier_right":
+                    wrong_right, "cliff/teacher_says_right_verifier_wrong": 0.0})  # fmt: skip
+    t = study.mechanism(cliff)  # GRPO with Teacher: the teacher's verdict against the verifier's
+    assert math.isclose(t["teacher_verifier_agreement_mean"], 0.95)
+    assert (t["teacher_says_wrong_verifier_right"], t["teacher_says_right_verifier_wrong"]) == (3, 0)
 
 
 @pytest.mark.slow
@@ -237,7 +247,7 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert analysis["mechanisms"]["meds_ds"]["0"]["groups_differentiated"] == 1  # 0.5 a round x 2 rounds
     text = report.read_text()
     assert text.index("## What each mechanism did") < text.index("To recompute a row") < text.index("## Primary")
-    assert "| `meds_ds` seed 0 | 2 | 2 | 1 | 0.50 | 1 | 16 | 2 | 0.0100 (0.0100) | 2.00 (2) |" in text
+    assert "| `meds_ds` seed 0 | 2 | 2 | 1 | 0.50 | 1 | 16 | 2 | – | 0.0100 (0.0100) | 1 of 1 | 2.00 (2) |" in text
     assert "| M1 | `meds_ds` − `dapo_ds` | pool | agreement | < 0 | 3 | 4 |" in text and "*reversed*" in text
     assert "| C1 | `cliff` − `grpo` | heldout | agreement | ≠ 0 | 3 | 3 |" in text
     assert "pass@1 5.0 points (simulated), 4.0 (analytic); pass@8 beyond the grid points" in text
@@ -248,8 +258,8 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     reading = text[text.index("## Reading"):text.index("## Prompts after a resume")]
     assert ("- MEDS acted in 3 of 3 `meds_ds` runs by the pilot's check (at least 5 % of the mixed groups that met "
             "their prompt's stored wrong rollouts were differentiated): seed 0: 1 of 2 (50 %); seed 1: 1 of 2 (50 %); "
-            "seed 2: 1 of 2 (50 %). The largest change of the advantages in one step (`meds/advantage_shift`) was "
-            "0.0100.") in reading  # fmt: skip
+            "seed 2: 1 of 2 (50 %). Its penalty moved the advantages (`meds/advantage_shift` above 0.0001) in 1, 1 "
+            "and 1 of 1 steps; the largest per-step value was 0.0100.") in reading  # fmt: skip
     assert "after token 0 in at least 25 % of the split wrong rollouts (the pilot's check) in 3 of 3 `cliff` runs: " \
            "seed 0: 2 of 4 (50 %), mean split token 3.0;" in reading
     assert "in 0 of 3 `grpo_teacher` runs: seed 0: 0 of 4 (0 %)" in reading
@@ -272,6 +282,17 @@ def test_report_reproduces_hand_computed_statistics(tmp_path):
     assert "do not all come from one version of the code" in text
     assert ("- The files come from CPU A (18 files); CPU B (1 file). Pairs whose two runs come from different "
             "machine records: C1 seed 1, cliff−grpo pass@1 seed 1, cliff−grpo pass@8 seed 1.") in text
+
+
+def test_reading_counts_the_teachers_disagreements_with_the_verifier():
+    teacher = {"0": {"teacher_says_wrong_verifier_right": 13, "teacher_says_right_verifier_wrong": 0},
+               "1": {"teacher_says_wrong_verifier_right": 7, "teacher_says_right_verifier_wrong": 2}}  # fmt: skip
+    assert study.mechanism_reading({"grpo_teacher": teacher})[1:] == [
+        "- In `grpo_teacher` the outcome is the exact teacher's verdict. It called 13 and 7 rollouts wrong that the "
+        "verifier graded right, and 0 and 2 right that the verifier graded wrong (seeds 0 and 1)."
+    ]
+    lines = study.mechanism_reading({"grpo_teacher": {"0": {"split_rollouts": 0}}})  # not logged: no sentence
+    assert not any("outcome is the exact teacher's verdict" in line for line in lines)
 
 
 def test_reading_counts_the_resumed_trainings():
