@@ -195,6 +195,9 @@ def test_cliff_trains_through_transformers_serve_and_survives_its_death(served_t
     resumed.close_teacher()
     (step_5,) = [r for r in resumed.state.log_history if "cliff/groups_cliff" in r and r["step"] == 5]
     assert step_5["cliff/groups_fallback_endpoint"] == 2.0
+    (step_4,) = [r for r in trainer.state.log_history if "cliff/groups_cliff" in r and r["step"] == 4]
+    # every counter logged before the resume is logged after it (0 where absent), as in an uninterrupted run
+    assert {k for k in step_4 if k.startswith("cliff/")} <= set(step_5), set(step_4) - set(step_5)
     state = resumed.cliff_judge.state_dict()
     assert (len(state["references"]), len(state["judgments"])) == (4, 8), (state, saved)
     assert state == saved

@@ -537,10 +537,12 @@ def test_teacher_cost_totals_are_restored_and_an_old_checkpoint_restarts_them(tm
     from hf_meds_cliff.cliff.cost import teacher_step_cost
     from hf_meds_cliff.cliff.trainer import TEACHER_COST_NAME, CliffTokenAdvantageTrainer
 
-    holder = SimpleNamespace(cliff_teacher_cost=Counter({"requests": 1.0}))
+    holder = SimpleNamespace(cliff_teacher_cost=Counter({"requests": 1.0}), _cliff_failure_keys={"teacher/x"})
     path = tmp_path / TEACHER_COST_NAME
-    path.write_text(json.dumps({"requests": 7, "prompt_tokens": 70, "teacher_time_s": 1.5, "rounds": 2}))
+    path.write_text(json.dumps({"requests": 7, "prompt_tokens": 70, "teacher_time_s": 1.5, "rounds": 2,
+                                "logged_counter_keys": ["teacher/judge_calls"]}))  # fmt: skip
     CliffTokenAdvantageTrainer._load_teacher_cost(holder, str(path))
+    assert holder._cliff_failure_keys == {"teacher/x", "teacher/judge_calls"}  # logged from the resume's first step
     assert holder.cliff_teacher_cost == Counter(
         {"requests": 7.0, "prompt_tokens": 70.0, "completion_tokens": 0.0, "teacher_time_s": 1.5,
          "cycle_time_s": 0.0, "rounds": 2.0}

@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 CLIFF_STATE_NAME = "cliff_state.json"
 TEACHER_COST_NAME = "cliff_teacher_cost.json"
+METRIC_KEYS_FIELD = "logged_counter_keys"  # in TEACHER_COST_NAME: the failure and teacher counters logged so far
 """The teacher's cost totals so far (requests, tokens, time), saved in each checkpoint for the model card."""
 ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
 """Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
@@ -640,7 +641,9 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         if self.args.should_save:
             folder = checkpoint_folder(self, trial)
             save_checkpoint_json(folder, CLIFF_STATE_NAME, self.cliff_judge.state_dict())
-            save_checkpoint_json(folder, TEACHER_COST_NAME, dict(self.cliff_teacher_cost))
+            # with the counter keys logged so far: a resumed run logs them from its first step (0 where absent)
+            cost = {**self.cliff_teacher_cost, METRIC_KEYS_FIELD: sorted(self._cliff_failure_keys)}
+            save_checkpoint_json(folder, TEACHER_COST_NAME, cost)
         super()._save_checkpoint(model, trial)
 
     def _resume_method_files(self) -> tuple[str, ...]:
@@ -678,13 +681,16 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
         return self.cliff_domain
 
     def _load_teacher_cost(self, path: str) -> None:
-        """Restore the cost totals; a missing or unreadable file (older checkpoints) restarts them from 0 with a
-        warning: they only feed the metrics and the model card, never training."""
+        """Restore the cost totals and the counter keys logged so far; a missing or unreadable file (older
+        checkpoints) restarts them with a warning: they only feed the metrics and the model card, never training."""
         try:
             cost = read_json_file(path, fix="")
             if not isinstance(cost, dict):
                 raise TypeError(f"{path} does not hold a JSON object")
             self.cliff_teacher_cost = Counter({key: float(cost.get(key, 0.0)) for key in COST_KEYS})
+            keys = cost.get(METRIC_KEYS_FIELD, [])
+            if isinstance(keys, list) and all(isinstance(key, str) for key in keys):
+                self._cliff_failure_keys = set(getattr(self, "_cliff_failure_keys", set())) | set(keys)
         except (ValueError, TypeError) as error:
             logger.warning(
                 "Teacher cost totals not restored (%s); the model card counts from this resume on.", error
