@@ -54,8 +54,9 @@ logger = logging.getLogger(__name__)
 
 CLIFF_STATE_NAME = "cliff_state.json"
 TEACHER_COST_NAME = "cliff_teacher_cost.json"
-METRIC_KEYS_FIELD = "logged_counter_keys"  # in TEACHER_COST_NAME: the failure and teacher counters logged so far
 """The teacher's cost totals so far (requests, tokens, time), saved in each checkpoint for the model card."""
+METRIC_KEYS_FIELD = "logged_counter_keys"
+"""In ``TEACHER_COST_NAME``: the failure and teacher counters logged so far (a resumed run logs them from its start)."""
 ROLLOUT_LOG_NAME = "cliff_rollouts.jsonl"
 """Judged rollouts appended each step in the output directory (``cliff_log_rollouts``), read by reports."""
 
