@@ -365,3 +365,36 @@ def test_screen_samples_problem_i_with_seed_i_minus_1(monkeypatch):
     assert [p["problem"] for p in record["problems"]] == [p["problem"] for p in order[32:]]
     assert record["first_problem"] == 33 and all(p["right"] == 1 for p in record["problems"])
     assert all(w["first_mistake"] == 1 and w["split_token"] > 0 for p in record["problems"] for w in p["wrong"])
+
+
+def test_the_committed_report_is_what_the_committed_files_give(tmp_path):
+    """Every number and sentence of docs/smollm2_mechanism_report.md is recomputed from the committed results files."""
+    report = tmp_path / "report.md"
+    study.write_report(study.RESULTS, report)
+    assert report.read_text() == (study.ROOT / "docs" / "smollm2_mechanism_report.md").read_text()
+
+
+def test_the_outside_recomputation_gives_the_reports_mechanism_tables():
+    """audit/recompute_tables.py (standard library only, written from the report's recipe without the project's code)
+    gives the committed report's MEDS and Cliff rows, cell for cell."""
+    import re
+
+    folder = study.RESULTS / "audit"
+    out = subprocess.run([sys.executable, str(folder / "recompute_tables.py"), str(study.RESULTS)], check=True,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.stderr == "" and out.stdout in (folder / "tables.md").read_text()
+
+    def rows(text: str) -> dict:
+        found = {}
+        for line in text.splitlines():
+            m = re.match(r"\| `?(meds_ds|cliff|grpo_teacher)`?[ -]seed ?(\d) \|(.*)", line)
+            if m:
+                cells = []
+                for cell in (c.strip() for c in m.group(3).strip(" |").split("|")):
+                    pair = re.match(r"^(\S+) \((\S+)\)$", cell)  # the report's "mean (max)"
+                    cells += [pair.group(1), pair.group(2)] if pair else [cell]
+                found.setdefault((m.group(1), m.group(2)), cells)  # the first table naming the run
+        return found
+
+    report = rows((study.ROOT / "docs" / "smollm2_mechanism_report.md").read_text())
+    assert len(report) == 9 and report == rows(out.stdout)

@@ -122,3 +122,13 @@ def test_the_recomputation_gives_the_prompts_a_real_resumed_training_generated_f
     assert sum(compared["visits_trained"]) == sum(len(r) for step in trained.values() for r in step)
     lines = order.report_lines({"files": {"dapo_ds-seed3": compared}})
     assert any(line.startswith("| `dapo_ds-seed3` | `checkpoint-5` |") for line in lines)
+
+
+def test_the_committed_recomputation_is_what_the_committed_files_give():
+    import json
+
+    import smollm2_mechanism
+
+    committed = json.loads((smollm2_mechanism.RESULTS / order.OUTPUT_NAME).read_text())
+    runs, _ = smollm2_mechanism.load_results(smollm2_mechanism.RESULTS)
+    assert json.loads(json.dumps(order.recompute(runs)["files"])) == committed["files"]
