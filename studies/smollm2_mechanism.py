@@ -512,10 +512,7 @@ def mechanism(record: dict) -> dict:
         out["split_rollouts"] = round(total)
         out["split_after_token0"] = round(sum(n * (1 - share) for n, share, _ in split))
         out["split_token_mean"] = sum(n * mean for n, _, mean in split) / total if total else None
-        prefix = [h["cliff/prefix_fraction"] for h in steps
-                  if h.get("cliff/prefix_fraction") is not None and not math.isnan(h["cliff/prefix_fraction"])]
-        out["prefix_fraction_mean"] = statistics.mean(prefix) if prefix else None  # fmt: skip
-        for key, name in (("cliff/agreement", "mistake_found_mean"),
+        for key, name in (("cliff/prefix_fraction", "prefix_fraction_mean"), ("cliff/agreement", "mistake_found_mean"),
                           ("cliff/teacher_verifier_agreement", "teacher_verifier_agreement_mean")):  # fmt: skip
             values = [h[key] for h in steps if h.get(key) is not None and not math.isnan(h[key])]
             out[name] = statistics.mean(values) if values else None
@@ -802,7 +799,7 @@ def resume_reading(recomputed: dict) -> list[str]:
 
 
 def _wrong_problems(evaluation: dict) -> int:
-    return sum(sum(answers.values()) >= 2 for answers in evaluation["wrong_answers"])
+    return sum(smollm2_study.enters_agreement(evaluation, i) for i in range(len(evaluation["wrong_answers"])))
 
 
 def reading_lines(analysis: dict, runs: dict, recomputed: dict, power: dict | None, settings: "Settings") -> list[str]:

@@ -548,6 +548,12 @@ def agreement(wrong: dict) -> float:
     return wrong_answer_agreement(Counter(wrong))
 
 
+def enters_agreement(evaluation: dict, problem: int) -> bool:
+    """A problem's wrong-answer agreement needs at least 2 wrong samples (it enters a comparison only where every run
+    of both arms has them)."""
+    return sum(evaluation["wrong_answers"][problem].values()) >= 2
+
+
 def hypothesis_matrices(h: Hypothesis, runs, seeds, split: str = "test"):
     """``(arm matrix, baseline matrix, problems entering)`` of shape (seeds, problems) for hypothesis ``h``."""
     import numpy as np
@@ -564,7 +570,7 @@ def hypothesis_matrices(h: Hypothesis, runs, seeds, split: str = "test"):
     if h.metric == "agreement":
         keep = [
             i for i in range(len(ids))
-            if all(sum(e["wrong_answers"][i].values()) >= 2 for e in arm_evals + base_evals)
+            if all(enters_agreement(e, i) for e in arm_evals + base_evals)
         ]  # fmt: skip
 
         def matrix(es):

@@ -691,7 +691,7 @@ class CliffTokenAdvantageTrainer(MethodModelCardMixin, CheckpointSafetyMixin, GR
             self.cliff_teacher_cost = Counter({key: float(cost.get(key, 0.0)) for key in COST_KEYS})
             keys = cost.get(METRIC_KEYS_FIELD, [])
             if isinstance(keys, list) and all(isinstance(key, str) for key in keys):
-                self._cliff_failure_keys = set(getattr(self, "_cliff_failure_keys", set())) | set(keys)
+                self._cliff_failure_keys |= set(keys)
         except (ValueError, TypeError) as error:
             logger.warning(
                 "Teacher cost totals not restored (%s); the model card counts from this resume on.", error
